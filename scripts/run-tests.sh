@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh clone: installs what it needs into .venv, then runs
+# lint, type checks and pytest.  Extra arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/bootstrap.sh
+export PYSPARK_PYTHON="$PWD/.venv/bin/python"
+export PYSPARK_DRIVER_PYTHON="$PWD/.venv/bin/python"
+echo "== ruff";  .venv/bin/ruff check txlog spark_ext tests scripts
+echo "== mypy";  .venv/bin/mypy
+echo "== pytest"; .venv/bin/python -m pytest "$@"

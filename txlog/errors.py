@@ -1,0 +1,115 @@
+"""Every error txlog raises derives from :class:`TxlogError`.
+
+Each message says what happened and what to do about it.  Classes mirror Kafka's client
+errors where the meaning is the same, so Kafka users can catch what they already know.
+"""
+
+from __future__ import annotations
+
+
+class TxlogError(Exception):
+    """Base class of every txlog error."""
+
+    #: True when the caller may abort the current transaction and carry on (Kafka's
+    #: "abortable" errors); False for fatal errors after which the producer must be closed.
+    abortable: bool = False
+
+
+# --- storage -------------------------------------------------------------------------
+
+
+class StorageError(TxlogError):
+    """The object store failed in a way txlog could not settle."""
+
+
+class ObjectNotFoundError(StorageError, KeyError):
+    """An object that should exist is missing."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0]) if self.args else "object not found"
+
+
+class AtomicCreateUnsupportedError(StorageError):
+    """The backend cannot create an object atomically only-if-absent; txlog refuses it."""
+
+
+class CorruptObjectError(StorageError):
+    """A stored object cannot be decoded (truncated, corrupted, or not a txlog object)."""
+
+
+class UnsupportedFormatError(CorruptObjectError):
+    """A stored object was written by a newer txlog format version than this one reads."""
+
+
+# --- topics and configuration --------------------------------------------------------
+
+
+class ConfigError(TxlogError, ValueError):
+    """A configuration key or option is unknown or has a bad value."""
+
+
+class InvalidNameError(TxlogError, ValueError):
+    """A topic name, transactional id or group id is not allowed."""
+
+
+class TopicExistsError(TxlogError):
+    """create_topic was asked for a topic that already exists."""
+
+
+class UnknownTopicError(TxlogError, KeyError):
+    """The topic (or partition) does not exist."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "unknown topic"
+
+
+class SchemaMismatchError(TxlogError, ValueError):
+    """Data written to a topic does not match the topic's schema."""
+
+    abortable = True
+
+
+class OffsetOutOfRangeError(TxlogError):
+    """A fetch position lies outside [log start offset, high watermark]."""
+
+
+# --- producers and transactions ------------------------------------------------------
+
+
+class ProducerFencedError(TxlogError):
+    """Another producer with the same transactional.id (or a timeout abort) took over.
+
+    Fatal: close this producer; the newer instance owns the transactional.id.
+    """
+
+
+class InvalidProducerEpochError(ProducerFencedError):
+    """A request carried an epoch older than the current one (the producer was fenced)."""
+
+
+class InvalidTxnStateError(TxlogError):
+    """The call is not valid in the producer's (or coordinator's) current transaction state."""
+
+
+class TransactionAbortedError(TxlogError):
+    """The transaction was aborted (for example, after its timeout) and cannot commit."""
+
+    abortable = True
+
+
+class TransactionTimeoutError(TransactionAbortedError):
+    """The transaction ran past transaction.timeout.ms and was aborted by another client."""
+
+
+class OutOfOrderSequenceError(TxlogError):
+    """A batch's sequence number leaves a gap: records between would be lost."""
+
+
+class ConcurrentTransactionsError(TxlogError):
+    """The state log changed under us too many times in a row; retry later."""
+
+    abortable = True
+
+
+class UnknownProducerIdError(TxlogError):
+    """The producer id is not known (its state expired)."""

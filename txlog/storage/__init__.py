@@ -1,0 +1,43 @@
+"""Object stores: ``open_store(url, storage_options)`` picks the backend from the URL."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+from urllib.parse import urlparse
+
+from txlog.errors import AtomicCreateUnsupportedError
+from txlog.storage.base import ObjectStore, RequestCounter, check_key
+from txlog.storage.local import LocalStore
+from txlog.storage.memory import MemoryStore
+
+__all__ = ["ObjectStore", "RequestCounter", "check_key", "open_store", "LocalStore", "MemoryStore"]
+
+# Backends whose create-only-if-absent is atomic (DESIGN.md, "The one atomic primitive").
+REMOTE_SCHEMES = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs", "abfs": "azure",
+                  "abfss": "azure", "az": "azure"}
+
+
+def open_store(url: str, storage_options: dict[str, Any] | None = None) -> ObjectStore:
+    """Open the store at ``url``: a plain path, file://, memory://, s3://, gs://, abfs://.
+
+    Any other scheme is refused: txlog needs an atomic create-if-absent and will never fall
+    back to check-then-write.
+    """
+    parsed = urlparse(url)
+    scheme = parsed.scheme.lower()
+    if scheme in ("", "file") or (len(scheme) == 1 and os.name == "nt"):
+        path = parsed.path if scheme == "file" else url
+        if scheme == "file" and parsed.netloc:
+            path = "/" + parsed.netloc + parsed.path
+        return LocalStore(url, os.path.abspath(os.path.expanduser(path)))
+    if scheme == "memory":
+        return MemoryStore(url, (parsed.netloc + parsed.path).strip("/") or "default")
+    if scheme in REMOTE_SCHEMES:
+        from txlog.storage.remote import RemoteStore
+
+        return RemoteStore(url, REMOTE_SCHEMES[scheme], dict(storage_options or {}))
+    raise AtomicCreateUnsupportedError(
+        f"backend {scheme!r} (from {url!r}) has no atomic create-if-absent that txlog can "
+        "rely on; use a local path, s3://, gs://, abfs:// or memory:// (tests only)"
+    )
