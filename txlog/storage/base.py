@@ -75,6 +75,15 @@ class ObjectStore(abc.ABC):
         settled by reading the object back and comparing bytes.
         """
 
+    def probe_atomic_create(self) -> None:
+        """Check that the backend really creates only-if-absent; raise if it does not.
+
+        Raises AtomicCreateUnsupportedError when a server silently ignores the
+        condition (e.g. an S3-compatible server ignoring ``If-None-Match``).  Backends
+        whose create is atomic by construction (local, memory) need no probe.
+        """
+        return None
+
     # -- everything else needs no atomicity ------------------------------------------
 
     @abc.abstractmethod

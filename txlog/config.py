@@ -1,0 +1,115 @@
+"""Configuration: Kafka's names where they mean the same.
+
+Precedence: built-in defaults < conf file (``TXLOG_CONF``, TOML) < environment
+(``TXLOG_<KEY>`` with dots as underscores, e.g. ``TXLOG_TRANSACTION_TIMEOUT_MS``) < explicit
+arguments.  Unknown keys are errors.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from typing import Any
+
+from txlog.errors import ConfigError
+
+# key -> (default, type, help)
+DEFAULTS: dict[str, tuple[Any, type, str]] = {
+    "transaction.timeout.ms": (60_000, int,
+                               "abort a transaction that stays open longer than this"),
+    "transactional.id.expiration.ms": (604_800_000, int,
+                                       "forget a transactional.id idle this long"),
+    "transaction.state.log.num.partitions": (50, int, "state-log partitions (fixed per root)"),
+    "offsets.topic.num.partitions": (10, int, "partitions of __consumer_offsets"),
+    "num.partitions": (1, int, "default partitions of a new topic"),
+    "batch.size": (1_048_576, int, "producer: flush a partition's batch at this many bytes"),
+    "linger.ms": (5, int, "producer: flush a partition's batch this long after its first record"),
+    "enable.idempotence": (True, bool, "producer: per-partition sequence numbers"),
+    "checkpoint.interval.batches": (1000, int, "write a partition checkpoint every N batches"),
+    "retention.ms": (-1, int, "delete batches older than this (-1: keep forever)"),
+    "retention.bytes": (-1, int, "delete oldest batches beyond this size (-1: no limit)"),
+    "file.delete.delay.ms": (60_000, int,
+                             "wait this long before deleting objects dropped by retention "
+                             "or compaction, so readers holding older plans finish"),
+    "segment.bytes": (134_217_728, int, "compaction: target size of a merged segment"),
+    "max.poll.records": (500, int, "consumer: default records per poll"),
+}
+TOPIC_KEYS = frozenset({"retention.ms", "retention.bytes", "segment.bytes",
+                        "checkpoint.interval.batches", "file.delete.delay.ms"})
+
+
+def _coerce(key: str, value: Any) -> Any:
+    if key not in DEFAULTS:
+        raise ConfigError(
+            f"unknown configuration key {key!r}; known keys: {', '.join(sorted(DEFAULTS))}"
+        )
+    typ = DEFAULTS[key][1]
+    if typ is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0"):
+            return value.lower() in ("true", "1")
+        raise ConfigError(f"configuration {key!r} must be true or false, not {value!r}")
+    if isinstance(value, bool):
+        raise ConfigError(f"configuration {key!r} must be an integer, not {value!r}")
+    try:
+        return typ(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"configuration {key!r} must be {typ.__name__}, not {value!r}") from None
+
+
+def _flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, Mapping):
+            out.update(_flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def load_config(explicit: Mapping[str, Any] | None = None,
+                env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    env = os.environ if env is None else env
+    cfg = {k: v[0] for k, v in DEFAULTS.items()}
+    path = env.get("TXLOG_CONF")
+    if path:
+        try:
+            with open(path, "rb") as f:
+                data = tomllib.load(f)
+        except OSError as exc:
+            raise ConfigError(f"cannot read TXLOG_CONF file {path!r}: {exc}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"TXLOG_CONF file {path!r} is not valid TOML: {exc}") from None
+        for k, v in _flatten(data).items():
+            cfg[k] = _coerce(k, v)
+    by_env = {k.replace(".", "_").upper(): k for k in DEFAULTS}
+    for name, value in env.items():
+        if name.startswith("TXLOG_") and name != "TXLOG_CONF":
+            key = by_env.get(name[len("TXLOG_"):])
+            if key is None:
+                raise ConfigError(f"unknown configuration variable {name}")
+            cfg[key] = _coerce(key, value)
+    for k, v in (explicit or {}).items():
+        key = normalize_key(k)
+        cfg[key] = _coerce(key, v)
+    return cfg
+
+
+def normalize_key(key: str) -> str:
+    """Accept Python-style names (``transaction_timeout_ms``) for dotted Kafka keys."""
+    dotted = key.replace("_", ".")
+    return dotted if key not in DEFAULTS and dotted in DEFAULTS else key
+
+
+def topic_config(config: Mapping[str, Any] | None, base: Mapping[str, Any]) -> dict[str, Any]:
+    out = {k: base[k] for k in TOPIC_KEYS}
+    for k, v in (config or {}).items():
+        if k not in TOPIC_KEYS:
+            raise ConfigError(
+                f"{k!r} is not a topic configuration; topic keys: {', '.join(sorted(TOPIC_KEYS))}"
+            )
+        out[k] = _coerce(k, v)
+    return out

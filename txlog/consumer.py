@@ -1,0 +1,302 @@
+"""The consumer: read_committed (default) or read_uncommitted reads of partition logs.
+
+Planning picks batch objects from the partition's metadata (checkpoint plus tail);
+reading is columnar (Arrow) and row objects are made only at the edge, in poll().
+There is no group membership protocol: ``subscribe`` assigns every partition of the
+topics to this consumer; the group id names whose committed offsets it uses.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from txlog.config import normalize_key
+from txlog.errors import ConfigError, InvalidTxnStateError
+from txlog.names import validate_id
+from txlog.offsets import encode_offset_commits, offsets_partition, read_committed_offsets
+from txlog.partition_log import AppendSpec
+from txlog.partition_state import ISOLATION_LEVELS, READ_COMMITTED, PartitionState
+from txlog.records import Record, TopicPartition, now_ms, table_to_records
+from txlog.resolve import resolve_lso
+
+if TYPE_CHECKING:
+    from txlog.log import Log
+
+_RESOLVE_EVERY_MS = 200
+
+
+class Consumer:
+    def __init__(self, txlog: Log, *, group_id: str | None = None,
+                 isolation_level: str = READ_COMMITTED, auto_offset_reset: str = "latest",
+                 **config: Any) -> None:
+        if isolation_level not in ISOLATION_LEVELS:
+            raise ConfigError(
+                f"isolation_level must be one of {ISOLATION_LEVELS}, not {isolation_level!r}")
+        if auto_offset_reset not in ("earliest", "latest", "none"):
+            raise ConfigError(
+                f"auto_offset_reset must be earliest, latest or none, not {auto_offset_reset!r}")
+        self.max_poll_records = int(txlog.config["max.poll.records"])
+        for k, v in config.items():
+            if normalize_key(k) != "max.poll.records":
+                raise ConfigError(f"unknown consumer option {k!r}")
+            self.max_poll_records = int(v)
+        self.log = txlog
+        self.group_id = validate_id("group.id", group_id) if group_id is not None else None
+        self.isolation_level = isolation_level
+        self.auto_offset_reset = auto_offset_reset
+        self._assignment: list[TopicPartition] = []
+        self._positions: dict[TopicPartition, int] = {}
+        self._next = 0
+        self._last_resolve: dict[TopicPartition, int] = {}
+        self._closed = False
+
+    # -- assignment -----------------------------------------------------------------------
+
+    def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        tps = [TopicPartition(*tp) for tp in partitions]
+        for tp in tps:
+            self.log.partition_log(tp)  # validates topic and partition
+        self._assignment = tps
+        self._positions = {tp: p for tp, p in self._positions.items() if tp in tps}
+
+    def subscribe(self, topics: Iterable[str]) -> None:
+        """Assign every partition of ``topics`` (no group rebalancing protocol)."""
+        if isinstance(topics, str):
+            topics = [topics]
+        self.assign([tp for t in topics for tp in self.log.partitions_for(t)])
+
+    def unsubscribe(self) -> None:
+        self.assign([])
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self._assignment)
+
+    # -- positions ------------------------------------------------------------------------
+
+    def _state(self, tp: TopicPartition, resolve: bool = True) -> PartitionState:
+        if self.isolation_level == READ_COMMITTED and resolve:
+            st = self.log.partition_log(tp).refresh()
+            if st.open_txns:
+                now = now_ms()
+                if now - self._last_resolve.get(tp, 0) >= _RESOLVE_EVERY_MS:
+                    self._last_resolve[tp] = now
+                    st = resolve_lso(self.log, tp)
+            return st
+        return self.log.partition_log(tp).refresh()
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        tp = TopicPartition(*tp)
+        if offset < 0:
+            raise ConfigError(f"seek offset must be >= 0, not {offset}")
+        self._positions[tp] = offset
+
+    def seek_to_beginning(self, partitions: Iterable[TopicPartition] | None = None) -> None:
+        for tp in self._tps(partitions):
+            self._positions[tp] = self._state(tp, resolve=False).log_start_offset
+
+    def seek_to_end(self, partitions: Iterable[TopicPartition] | None = None) -> None:
+        """Moves to the LSO under read_committed, the high watermark otherwise (Kafka)."""
+        for tp in self._tps(partitions):
+            self._positions[tp] = self._state(tp).end_offset(self.isolation_level)
+
+    def position(self, tp: TopicPartition) -> int:
+        tp = TopicPartition(*tp)
+        if tp not in self._positions:
+            self._init_position(tp)
+        return self._positions[tp]
+
+    def _tps(self, partitions: Iterable[TopicPartition] | None) -> list[TopicPartition]:
+        return [TopicPartition(*tp) for tp in partitions] if partitions is not None \
+            else list(self._assignment)
+
+    def _init_position(self, tp: TopicPartition) -> None:
+        if self.group_id is not None:
+            c = self.committed([tp])[tp]
+            if c is not None:
+                self._positions[tp] = c
+                return
+        if self.auto_offset_reset == "earliest":
+            self.seek_to_beginning([tp])
+        elif self.auto_offset_reset == "latest":
+            self.seek_to_end([tp])
+        else:
+            from txlog.errors import OffsetOutOfRangeError
+
+            raise OffsetOutOfRangeError(
+                f"no committed offset for {tp} and auto_offset_reset='none'")
+
+    # -- fetching -----------------------------------------------------------------------
+
+    def poll_arrow(self, max_records: int | None = None, timeout_ms: int = 0) -> pa.Table:
+        """Up to ``max_records`` records as one Arrow table with topic/partition/offset
+        columns added (typed topics: their columns; Kafka-shaped: key/value/headers/
+        timestamp)."""
+        tables = self._fetch(max_records, timeout_ms)
+        if not tables:
+            return pa.table({"topic": pa.array([], pa.string()),
+                             "partition": pa.array([], pa.int32()),
+                             "offset": pa.array([], pa.int64())})
+        return pa.concat_tables([t for _, t, _ in tables], promote_options="permissive")
+
+    def poll(self, max_records: int | None = None, timeout_ms: int = 0) -> list[Record]:
+        """Up to ``max_records`` records, in offset order per partition."""
+        out: list[Record] = []
+        for tp, table, span_meta in self._fetch(max_records, timeout_ms, with_meta=True):
+            info = self.log.topic(tp.topic)
+            for first, n, append_ms in span_meta:
+                part = table.slice(0, 0) if n == 0 else None
+                del part
+                out.extend(table_to_records(
+                    table.slice(first[0], n).drop_columns(["topic", "partition", "offset"]),
+                    tp.topic, tp.partition, first[1], kafka_shaped=info.kafka_shaped,
+                    append_ms=append_ms))
+        return out
+
+    def _fetch(self, max_records: int | None, timeout_ms: int, with_meta: bool = False,
+               ) -> list[Any]:
+        if self._closed:
+            raise InvalidTxnStateError("poll() on a closed consumer")
+        if not self._assignment:
+            raise InvalidTxnStateError("no partitions assigned: call assign() or subscribe()")
+        budget = self.max_poll_records if max_records is None else max_records
+        deadline = time.monotonic() + timeout_ms / 1000
+        delay = 0.01
+        while True:
+            got = self._fetch_once(budget)
+            if got or time.monotonic() >= deadline:
+                return got
+            time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+            delay = min(delay * 2, 0.2)
+
+    def _fetch_once(self, budget: int) -> list[Any]:
+        out: list[Any] = []
+        n = len(self._assignment)
+        for i in range(n):
+            if budget <= 0:
+                break
+            tp = self._assignment[(self._next + i) % n]
+            pos = self.position(tp)
+            st = self._state(tp)
+            spans, upper = st.plan_read(pos, None, self.isolation_level)
+            if not spans:
+                self._positions[tp] = max(pos, upper)
+                continue
+            plog = self.log.partition_log(tp)
+            take, total = [], 0
+            for s in spans:
+                if total >= budget:
+                    break
+                if total + s.take > budget:
+                    from dataclasses import replace
+
+                    s = replace(s, stop=s.start + (budget - total))
+                take.append(s)
+                total += s.take
+            tables = plog.read_spans(take)
+            meta, row = [], 0
+            pieces = []
+            for s, t in zip(take, tables, strict=True):
+                offsets = pa.array(range(s.start, s.stop), pa.int64())
+                t = t.append_column("topic", pa.array([tp.topic] * t.num_rows, pa.string()))
+                t = t.append_column("partition", pa.array([tp.partition] * t.num_rows,
+                                                          pa.int32()))
+                t = t.append_column("offset", offsets)
+                pieces.append(t)
+                meta.append(((row, s.start), t.num_rows, s.append_ms))
+                row += t.num_rows
+            table = pa.concat_tables(pieces) if len(pieces) > 1 else pieces[0]
+            consumed_all = len(take) == len(spans) and take[-1].stop == spans[-1].stop
+            self._positions[tp] = upper if consumed_all else take[-1].stop
+            out.append((tp, table, meta))
+            budget -= total
+        self._next = (self._next + 1) % max(1, n)
+        return out
+
+    # -- offsets -------------------------------------------------------------------------
+
+    def commit(self, offsets: Mapping[TopicPartition, int] | None = None) -> None:
+        """Commit offsets for the group (outside any transaction): the positions by default."""
+        if self.group_id is None:
+            raise InvalidTxnStateError("commit() needs a group_id")
+        if offsets is None:
+            offsets = {tp: self._positions[tp] for tp in self._assignment
+                       if tp in self._positions}
+        if not offsets:
+            return
+        otp = offsets_partition(self.log, self.group_id)
+        plog = self.log.partition_log(otp)
+        table = encode_offset_commits(self.group_id, offsets)
+        key, nbytes = plog.write_data(table)
+        plog.append(AppendSpec(kind="data", count=table.num_rows, data=key, nbytes=nbytes,
+                               ts_min=now_ms(), ts_max=now_ms()))
+
+    def committed(self, partitions: Iterable[TopicPartition],
+                  ) -> dict[TopicPartition, int | None]:
+        if self.group_id is None:
+            raise InvalidTxnStateError("committed() needs a group_id")
+        return read_committed_offsets(self.log, self.group_id, partitions)
+
+    def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        return {tp: self._state(tp, resolve=False).log_start_offset
+                for tp in self._tps(partitions)}
+
+    def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """The LSO under read_committed, the high watermark under read_uncommitted."""
+        return {tp: self._state(tp).end_offset(self.isolation_level)
+                for tp in self._tps(partitions)}
+
+    def last_stable_offset(self, tp: TopicPartition) -> int:
+        return self._state(TopicPartition(*tp)).last_stable_offset
+
+    def offsets_for_times(self, timestamps: Mapping[TopicPartition, int],
+                          ) -> dict[TopicPartition, int | None]:
+        """Earliest offset whose batch's max timestamp is >= the given ms (per partition)."""
+        out: dict[TopicPartition, int | None] = {}
+        for tp, ts in timestamps.items():
+            tp = TopicPartition(*tp)
+            st = self._state(tp)
+            b = st.batches
+            end = st.end_offset(self.isolation_level)
+            found = None
+            for i in range(len(b)):
+                if b.base_offset[i] >= end:
+                    break
+                if b.base_offset[i] + b.count[i] <= st.log_start_offset:
+                    continue
+                if b.ts_max[i] >= ts and (self.isolation_level != READ_COMMITTED
+                                          or b.status[i] in (0, 1)):
+                    found = self._first_at_or_after(tp, st, i, ts)
+                    if found is not None:
+                        break
+            out[tp] = found
+        return out
+
+    def _first_at_or_after(self, tp: TopicPartition, st: PartitionState, i: int,
+                           ts: int) -> int | None:
+        b = st.batches
+        info = self.log.topic(tp.topic)
+        if not info.kafka_shaped:
+            return max(b.base_offset[i], st.log_start_offset)
+        from txlog.partition_state import ReadSpan
+
+        span = ReadSpan(b.data[i], b.base_offset[i], b.count[i], b.base_offset[i],
+                        b.base_offset[i] + b.count[i], b.status[i], b.producer_id[i],
+                        b.append_ms[i])
+        t = self.log.partition_log(tp).read_span(span, ["timestamp"])
+        for j, v in enumerate(t.column("timestamp").cast(pa.int64()).to_pylist()):
+            if v is not None and v >= ts and b.base_offset[i] + j >= st.log_start_offset:
+                return b.base_offset[i] + j
+        return None
+
+    def close(self) -> None:
+        self._closed = True
+
+    def __enter__(self) -> Consumer:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

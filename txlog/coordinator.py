@@ -1,0 +1,271 @@
+"""The transaction coordinator, run in-process by any client.
+
+Each operation reads the transactional.id's record from the state log, decides the next
+record with the pure state machine (:mod:`txlog.txn_state`), and persists it with a
+compare-and-set on the state log before acting on it.  EndTxn is Prepare*, then markers
+to every registered partition, then Complete* with the epoch bumped.  Anyone who meets a
+transaction in Prepare* rolls it forward; one past its timeout is fenced and aborted.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from txlog.errors import (
+    InvalidTxnStateError,
+    ProducerFencedError,
+    TransactionTimeoutError,
+)
+from txlog.model import ABORT, COMMIT
+from txlog.partition_log import AppendSpec
+from txlog.producer_ids import ProducerIdAllocator
+from txlog.records import TopicPartition, now_ms
+from txlog.state_log import StateLog
+from txlog.txn_state import (
+    COMPLETE,
+    COMPLETE_ABORT,
+    COMPLETE_COMMIT,
+    EMPTY,
+    ONGOING,
+    PREPARE_ABORT,
+    PREPARE_COMMIT,
+    PREPARE_EPOCH_FENCE,
+    PREPARING,
+    TxnRecord,
+    bump_epoch,
+    needs_new_producer_id,
+)
+
+if TYPE_CHECKING:
+    from txlog.log import Log
+
+log = logging.getLogger(__name__)
+
+
+class Coordinator:
+    def __init__(self, txlog: Log) -> None:
+        self.log = txlog
+        self.state_log = StateLog(txlog.store, txlog.config["transaction.state.log.num.partitions"])
+        self.pids = ProducerIdAllocator(txlog.store)
+
+    def record(self, txn_id: str) -> TxnRecord | None:
+        part = self.state_log.partition_for(txn_id)
+        part.refresh()
+        return part.get(txn_id)
+
+    # -- InitProducerId ----------------------------------------------------------------
+
+    def init_producer_id(self, txn_id: str, timeout_ms: int) -> tuple[int, int]:
+        """Fence any earlier instance and return this instance's (producer id, epoch)."""
+        part = self.state_log.partition_for(txn_id)
+        while True:
+            part.refresh()
+            cur = part.get(txn_id)
+            now = now_ms()
+            if cur is None:
+                new = TxnRecord(txn_id, self.pids.allocate(), 0, EMPTY, timeout_ms,
+                                last_update_ms=now)
+            elif cur.state in PREPARING:
+                self._complete(cur)
+                continue
+            elif cur.state in (ONGOING, PREPARE_EPOCH_FENCE):
+                # A previous instance's transaction is open: fence it and abort it.
+                prep = cur.transition(PREPARE_ABORT, abort_reason="fenced", last_update_ms=now)
+                if part.compare_and_set(txn_id, cur, prep):
+                    self._complete(prep)
+                continue
+            else:  # Empty, Complete*, Dead
+                pid, epoch = bump_epoch(cur, self._fresh_pid_if(needs_new_producer_id(cur)))
+                new = TxnRecord(txn_id, pid, epoch, EMPTY, timeout_ms, (), 0, now,
+                                cur.producer_id, cur.epoch, cur.abort_reason)
+            if part.compare_and_set(txn_id, cur, new):
+                return new.producer_id, new.epoch
+
+    def _fresh_pid_if(self, needed: bool) -> int | None:
+        return self.pids.allocate() if needed else None
+
+    # -- AddPartitionsToTxn / AddOffsetsToTxn ------------------------------------------
+
+    def add_partitions(self, txn_id: str, producer_id: int, epoch: int,
+                       tps: Iterable[TopicPartition]) -> None:
+        """Register partitions with the transaction before the first write to them."""
+        wanted = tuple(sorted({(tp.topic, tp.partition) for tp in tps}))
+        part = self.state_log.partition_for(txn_id)
+        while True:
+            part.refresh()
+            cur = part.get(txn_id)
+            self._check_owner(txn_id, cur, producer_id, epoch)
+            assert cur is not None
+            now = now_ms()
+            if cur.state in PREPARING:
+                self._complete(cur)
+                if cur.state == PREPARE_ABORT and cur.abort_reason == "timeout":
+                    raise self._timeout_error(txn_id)
+                raise InvalidTxnStateError(
+                    f"transaction of {txn_id!r} is completing; begin a new one first")
+            if cur.state == ONGOING:
+                if cur.expired(now):
+                    self.abort_if_expired(txn_id)
+                    raise self._timeout_error(txn_id)
+                merged = tuple(sorted(set(cur.partitions) | set(wanted)))
+                if merged == cur.partitions:
+                    return
+                new = cur.transition(ONGOING, partitions=merged, last_update_ms=now)
+            elif cur.state in COMPLETE:
+                new = cur.transition(ONGOING, partitions=wanted, txn_start_ms=now,
+                                     last_update_ms=now, abort_reason="")
+            else:
+                raise InvalidTxnStateError(
+                    f"transactional.id {txn_id!r} is {cur.state}; call init_transactions()")
+            if part.compare_and_set(txn_id, cur, new):
+                return
+
+    # -- EndTxn ------------------------------------------------------------------------
+
+    def end_txn(self, txn_id: str, producer_id: int, epoch: int, commit: bool,
+                ) -> tuple[int, int]:
+        """Commit or abort; returns the producer's (id, epoch) for its next transaction."""
+        part = self.state_log.partition_for(txn_id)
+        while True:
+            part.refresh()
+            cur = part.get(txn_id)
+            now = now_ms()
+            if cur is not None and (cur.prev_producer_id, cur.prev_epoch) == (producer_id, epoch) \
+                    and cur.state in (COMPLETE_COMMIT, COMPLETE_ABORT):
+                # The transaction already ended: our own retry, or a timeout abort.
+                if (cur.state == COMPLETE_COMMIT) == commit:
+                    return cur.producer_id, cur.epoch
+                if cur.abort_reason == "timeout":
+                    raise self._timeout_error(txn_id)
+                raise ProducerFencedError(
+                    f"transaction of {txn_id!r} was aborted by another client (fenced)")
+            self._check_owner(txn_id, cur, producer_id, epoch)
+            assert cur is not None
+            if cur.state == EMPTY or (cur.state in COMPLETE and not cur.partitions):
+                return producer_id, epoch  # nothing was written: nothing to end
+            if cur.state in PREPARING:
+                if (cur.state == PREPARE_COMMIT) != commit:
+                    if cur.abort_reason == "timeout":
+                        self._complete(cur)
+                        raise self._timeout_error(txn_id)
+                    raise InvalidTxnStateError(
+                        f"transaction of {txn_id!r} is already {cur.state}")
+                return self._complete(cur)
+            if cur.state != ONGOING:
+                raise InvalidTxnStateError(f"transaction of {txn_id!r} is {cur.state}")
+            if commit and cur.expired(now):
+                self.abort_if_expired(txn_id)
+                raise self._timeout_error(txn_id)
+            prep = cur.transition(PREPARE_COMMIT if commit else PREPARE_ABORT,
+                                  last_update_ms=now,
+                                  abort_reason="" if commit else "client")
+            if part.compare_and_set(txn_id, cur, prep):
+                return self._complete(prep)
+
+    def _complete(self, prep: TxnRecord) -> tuple[int, int]:
+        """Write markers to every registered partition, then persist Complete*."""
+        commit = prep.state == PREPARE_COMMIT
+        for topic, p in prep.partitions:
+            self.write_marker(TopicPartition(topic, p), prep.producer_id, prep.epoch, commit)
+        part = self.state_log.partition_for(prep.txn_id)
+        pid, epoch = bump_epoch(prep, self._fresh_pid_if(needs_new_producer_id(prep)))
+        done = prep.transition(COMPLETE_COMMIT if commit else COMPLETE_ABORT,
+                               producer_id=pid, epoch=epoch, partitions=(),
+                               prev_producer_id=prep.producer_id, prev_epoch=prep.epoch,
+                               last_update_ms=now_ms())
+        if part.compare_and_set(prep.txn_id, prep, done):
+            return pid, epoch
+        cur = part.get(prep.txn_id)  # someone else completed it (same decision)
+        assert cur is not None
+        return cur.producer_id, cur.epoch
+
+    def write_marker(self, tp: TopicPartition, producer_id: int, epoch: int,
+                     commit: bool) -> None:
+        """Append a COMMIT/ABORT marker for (producer_id, epoch) unless one already acts."""
+        plog = self.log.partition_log(tp)
+        st = plog.refresh()
+        if (producer_id, epoch) not in st.open_txns and \
+                st.fence_epoch.get(producer_id, -1) >= epoch:
+            return
+        plog.append(AppendSpec(kind=COMMIT if commit else ABORT, count=1,
+                               producer_id=producer_id, epoch=epoch, transactional=True))
+
+    # -- liveness without a daemon -------------------------------------------------------
+
+    def abort_if_expired(self, txn_id: str) -> bool:
+        """Roll a Prepare* forward, or fence-and-abort an Ongoing transaction past its
+        timeout.  Returns True if something was completed."""
+        part = self.state_log.partition_for(txn_id)
+        while True:
+            part.refresh()
+            cur = part.get(txn_id)
+            if cur is None:
+                return False
+            if cur.state in PREPARING:
+                self._complete(cur)
+                return True
+            if cur.state == ONGOING and cur.expired(now_ms()):
+                prep = cur.transition(PREPARE_ABORT, abort_reason="timeout",
+                                      last_update_ms=now_ms())
+                if part.compare_and_set(txn_id, cur, prep):
+                    self._complete(prep)
+                    return True
+                continue
+            return False
+
+    def resolve_open(self, tp: TopicPartition, producer_id: int, epoch: int,
+                     txn_id: str | None) -> bool:
+        """Settle an open transaction (producer_id, epoch) found at a partition's LSO.
+
+        The caller must have read the partition before calling, so that any marker written
+        before the state log moved on is already known.  Returns True if it acted.
+        """
+        rec = self.record(txn_id) if txn_id else None
+        if rec is not None and (rec.producer_id, rec.epoch) == (producer_id, epoch):
+            if rec.state in PREPARING:
+                self._complete(rec)
+                return True
+            if rec.state == ONGOING:
+                if rec.expired(now_ms()):
+                    return self.abort_if_expired(rec.txn_id)
+                return False  # open and in time: it holds the LSO, as in Kafka
+        # The transaction (producer_id, epoch) is over, yet this partition has no marker
+        # for it: its batch here was never part of it (a zombie's write).  Abort it here.
+        self.write_marker(tp, producer_id, epoch, commit=False)
+        return True
+
+    def sweep(self) -> list[str]:
+        """Maintenance: roll forward every Prepare*, abort every expired transaction."""
+        acted = []
+        for rec in self.state_log.all_records():
+            if rec.state in PREPARING or rec.expired(now_ms()):
+                if self.abort_if_expired(rec.txn_id):
+                    acted.append(rec.txn_id)
+        return acted
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    @staticmethod
+    def _check_owner(txn_id: str, cur: TxnRecord | None, producer_id: int, epoch: int) -> None:
+        if cur is None:
+            raise InvalidTxnStateError(
+                f"transactional.id {txn_id!r} is not initialised; call init_transactions()")
+        if (cur.producer_id, cur.epoch) != (producer_id, epoch):
+            if (cur.prev_producer_id, cur.prev_epoch) == (producer_id, epoch) and \
+                    cur.state == COMPLETE_ABORT and cur.abort_reason == "timeout":
+                raise TransactionTimeoutError(
+                    f"the transaction of {txn_id!r} ran past transaction.timeout.ms "
+                    f"({cur.timeout_ms} ms) and was aborted; call abort_transaction() "
+                    "and start again")
+            raise ProducerFencedError(
+                f"producer for transactional.id {txn_id!r} (id {producer_id}, epoch {epoch}) "
+                f"was fenced by a newer instance (id {cur.producer_id}, epoch {cur.epoch}); "
+                "close this producer")
+
+    @staticmethod
+    def _timeout_error(txn_id: str) -> TransactionTimeoutError:
+        return TransactionTimeoutError(
+            f"the transaction of {txn_id!r} ran past transaction.timeout.ms and was aborted; "
+            "call abort_transaction() and start again")

@@ -1,0 +1,61 @@
+"""Where every object lives under a txlog root.  One module, so the layout is in one place."""
+
+from __future__ import annotations
+
+ENTRY_BUCKET = 10_000  # entries per directory: tail listings skip whole directories of history
+
+
+def topic_meta(topic: str) -> str:
+    return f"_meta/topics/{topic}.json"
+
+
+TOPIC_META_PREFIX = "_meta/topics/"
+
+
+def partition_root(topic: str, partition: int) -> str:
+    return f"topics/{topic}/{partition}/"
+
+
+def log_prefix(topic: str, partition: int) -> str:
+    return f"topics/{topic}/{partition}/log/"
+
+
+def entry_key(topic: str, partition: int, slot: int) -> str:
+    return f"topics/{topic}/{partition}/log/{slot // ENTRY_BUCKET:06d}/{slot:012d}.json"
+
+
+def slot_of(key: str) -> int:
+    return int(key.rsplit("/", 1)[1].split(".", 1)[0])
+
+
+def checkpoint_prefix(topic: str, partition: int) -> str:
+    return f"topics/{topic}/{partition}/checkpoints/"
+
+
+def checkpoint_key(topic: str, partition: int, next_slot: int) -> str:
+    return f"topics/{topic}/{partition}/checkpoints/{next_slot:012d}.arrow"
+
+
+def data_key(topic: str, partition: int, name: str) -> str:
+    return f"topics/{topic}/{partition}/data/{name}.parquet"
+
+
+def topic_root(topic: str) -> str:
+    return f"topics/{topic}/"
+
+
+def staging_prefix(topic: str, txn: str) -> str:
+    return f"topics/{topic}/_staging/{txn}/"
+
+
+# Transaction state log and producer-id blocks.
+def txn_state_log_topic(partition: int) -> tuple[str, int]:
+    """The state log is a partition log of its own, under the reserved name '_txn'."""
+    return ("__transaction_state", partition)
+
+
+PID_BLOCK_PREFIX = "_txn/pid-blocks/"
+
+
+def pid_block_key(block: int) -> str:
+    return f"_txn/pid-blocks/{block:012d}.json"

@@ -1,0 +1,250 @@
+"""``txlog.connect(url) -> Log``: topics, partition logs, producers and consumers of a root."""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from txlog import layout
+from txlog.config import load_config, topic_config
+from txlog.errors import CorruptObjectError, TopicExistsError, UnknownTopicError
+from txlog.model import new_token
+from txlog.names import CONSUMER_OFFSETS_TOPIC, INTERNAL_TOPICS, validate_topic
+from txlog.partition_log import PartitionLog
+from txlog.records import KAFKA_SCHEMA, TopicPartition, now_ms, schema_from_json, schema_to_json
+from txlog.storage import ObjectStore, open_store
+
+if TYPE_CHECKING:
+    from txlog.consumer import Consumer
+    from txlog.coordinator import Coordinator
+    from txlog.producer import Producer
+
+
+@dataclass(frozen=True)
+class TopicInfo:
+    name: str
+    partitions: int
+    schema: pa.Schema
+    kafka_shaped: bool
+    config: dict[str, Any] = field(default_factory=dict)
+    created_ms: int = 0
+    topic_id: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"v": 1, "name": self.name, "partitions": self.partitions,
+                "kafka_shaped": self.kafka_shaped,
+                "schema": None if self.kafka_shaped else schema_to_json(self.schema),
+                "config": self.config, "created_ms": self.created_ms, "id": self.topic_id}
+
+    @staticmethod
+    def from_json(raw: bytes, where: str) -> TopicInfo:
+        try:
+            d = json.loads(raw)
+            if d.get("v", 0) > 1:
+                from txlog.errors import UnsupportedFormatError
+
+                raise UnsupportedFormatError(
+                    f"topic metadata {where} has a newer format version; upgrade txlog")
+            kafka = bool(d["kafka_shaped"])
+            schema = KAFKA_SCHEMA if kafka else schema_from_json(d["schema"])
+            return TopicInfo(str(d["name"]), int(d["partitions"]), schema, kafka,
+                             dict(d.get("config") or {}), int(d.get("created_ms", 0)),
+                             str(d.get("id", "")))
+        except CorruptObjectError:
+            raise
+        except Exception as exc:
+            raise CorruptObjectError(
+                f"topic metadata {where} cannot be decoded ({type(exc).__name__}: {exc})"
+            ) from None
+
+
+class Log:
+    """A txlog root: every topic, the transaction state log and consumer offsets under one URL.
+
+    Cheap to create; holds caches of partition states.  Pickling keeps only what is needed
+    to rebuild it (URL, storage options, config), so it can travel to Spark workers.
+    """
+
+    def __init__(self, url: str, storage_options: dict[str, Any] | None = None,
+                 **config: Any) -> None:
+        self.url = url
+        self.storage_options = dict(storage_options or {})
+        self._explicit_config = dict(config)
+        self.config = load_config(config)
+        self.store: ObjectStore = open_store(url, self.storage_options)
+        self._lock = threading.RLock()
+        self._topics: dict[str, TopicInfo] = {}
+        self._partitions: dict[TopicPartition, PartitionLog] = {}
+        self._coordinator: Coordinator | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"url": self.url, "storage_options": self.storage_options,
+                "config": self._explicit_config}
+
+    def __setstate__(self, s: dict[str, Any]) -> None:
+        self.__init__(s["url"], s["storage_options"], **s["config"])  # type: ignore[misc]
+
+    def __repr__(self) -> str:
+        return f"Log({self.url!r})"
+
+    # -- topics ----------------------------------------------------------------------------
+
+    def create_topic(self, name: str, partitions: int | None = None,
+                     schema: pa.Schema | None = None,
+                     config: dict[str, Any] | None = None) -> TopicInfo:
+        validate_topic(name)
+        n = self.config["num.partitions"] if partitions is None else partitions
+        if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= 100_000:
+            from txlog.errors import ConfigError
+
+            raise ConfigError(f"partitions must be an integer from 1 to 100000, not {n!r}")
+        if schema is not None and not isinstance(schema, pa.Schema):
+            from txlog.errors import SchemaMismatchError
+
+            raise SchemaMismatchError(f"schema must be a pyarrow.Schema, not {type(schema)}")
+        if schema is not None:
+            reserved = {"topic", "partition", "offset", "timestamp"} & set(schema.names)
+            if reserved:
+                from txlog.errors import SchemaMismatchError
+
+                raise SchemaMismatchError(
+                    f"typed topic columns may not be named {sorted(reserved)}: readers add "
+                    "them"
+                )
+        info = TopicInfo(name, n, schema if schema is not None else KAFKA_SCHEMA,
+                         schema is None, topic_config(config, self.config), now_ms(),
+                         uuid.uuid4().hex)
+        body = dict(info.to_json(), token=new_token())
+        if not self.store.put_if_absent(layout.topic_meta(name),
+                                        json.dumps(body, sort_keys=True).encode()):
+            raise TopicExistsError(
+                f"topic {name!r} already exists in {self.url}; use describe_topic() to see "
+                "it or delete_topic() first"
+            )
+        with self._lock:
+            self._topics[name] = info
+        return info
+
+    def topic(self, name: str) -> TopicInfo:
+        with self._lock:
+            info = self._topics.get(name)
+        if info is not None:
+            return info
+        if name == CONSUMER_OFFSETS_TOPIC:
+            return self._offsets_topic()
+        try:
+            raw = self.store.get(layout.topic_meta(name))
+        except KeyError:
+            known = self.list_topics()
+            raise UnknownTopicError(
+                f"unknown topic {name!r} in {self.url}"
+                + (f"; topics here: {', '.join(known)}" if known else "; no topics exist yet")
+                + ". Create it with create_topic() or `txlog topics create`."
+            ) from None
+        info = TopicInfo.from_json(raw, layout.topic_meta(name))
+        with self._lock:
+            self._topics[name] = info
+        return info
+
+    def _offsets_topic(self) -> TopicInfo:
+        key = layout.topic_meta(CONSUMER_OFFSETS_TOPIC)
+        try:
+            info = TopicInfo.from_json(self.store.get(key), key)
+        except KeyError:
+            n = self.config["offsets.topic.num.partitions"]
+            info = TopicInfo(CONSUMER_OFFSETS_TOPIC, n, KAFKA_SCHEMA, True,
+                             topic_config(None, self.config), now_ms(), uuid.uuid4().hex)
+            body = dict(info.to_json(), token=new_token())
+            if not self.store.put_if_absent(key, json.dumps(body, sort_keys=True).encode()):
+                info = TopicInfo.from_json(self.store.get(key), key)
+        with self._lock:
+            self._topics[CONSUMER_OFFSETS_TOPIC] = info
+        return info
+
+    def list_topics(self, *, internal: bool = False) -> list[str]:
+        keys = self.store.list(layout.TOPIC_META_PREFIX)
+        names = [k[len(layout.TOPIC_META_PREFIX):-len(".json")] for k in keys
+                 if k.endswith(".json")]
+        return sorted(n for n in names if internal or n not in INTERNAL_TOPICS)
+
+    def describe_topic(self, name: str) -> dict[str, Any]:
+        info = self.topic(name)
+        parts = []
+        for p in range(info.partitions):
+            st = self.partition_log(TopicPartition(name, p)).refresh()
+            parts.append({
+                "partition": p, "log_start_offset": st.log_start_offset,
+                "high_watermark": st.high_watermark,
+                "last_stable_offset": st.last_stable_offset, "batches": len(st.batches),
+                "open_transactions": len(st.open_txns), "size_bytes": st.size_bytes(),
+            })
+        return {"name": name, "partitions": info.partitions,
+                "kafka_shaped": info.kafka_shaped,
+                "schema": str(info.schema), "config": info.config,
+                "created_ms": info.created_ms, "partition_info": parts}
+
+    def delete_topic(self, name: str) -> None:
+        info = self.topic(name)
+        # Metadata first: new readers stop finding the topic before its objects go.
+        self.store.delete(layout.topic_meta(name))
+        self.store.delete_prefix(layout.topic_root(name))
+        with self._lock:
+            self._topics.pop(name, None)
+            for tp in [tp for tp in self._partitions if tp.topic == name]:
+                del self._partitions[tp]
+        del info
+
+    def partitions_for(self, topic: str) -> list[TopicPartition]:
+        return [TopicPartition(topic, p) for p in range(self.topic(topic).partitions)]
+
+    def partition_log(self, tp: TopicPartition) -> PartitionLog:
+        with self._lock:
+            plog = self._partitions.get(tp)
+            if plog is None:
+                info = self.topic(tp.topic)
+                if not 0 <= tp.partition < info.partitions:
+                    raise UnknownTopicError(
+                        f"topic {tp.topic!r} has partitions 0..{info.partitions - 1}, "
+                        f"not {tp.partition}"
+                    )
+                plog = PartitionLog(self.store, tp.topic, tp.partition,
+                                    checkpoint_interval=int(
+                                        info.config.get("checkpoint.interval.batches",
+                                                        self.config["checkpoint.interval.batches"])))
+                self._partitions[tp] = plog
+            return plog
+
+    # -- clients ---------------------------------------------------------------------------
+
+    @property
+    def coordinator(self) -> Coordinator:
+        with self._lock:
+            if self._coordinator is None:
+                from txlog.coordinator import Coordinator
+
+                self._coordinator = Coordinator(self)
+            return self._coordinator
+
+    def producer(self, *, transactional_id: str | None = None, **config: Any) -> Producer:
+        from txlog.producer import Producer
+
+        return Producer(self, transactional_id=transactional_id, **config)
+
+    def consumer(self, *, group_id: str | None = None,
+                 isolation_level: str = "read_committed", **config: Any) -> Consumer:
+        from txlog.consumer import Consumer
+
+        return Consumer(self, group_id=group_id, isolation_level=isolation_level, **config)
+
+    def metrics(self) -> dict[str, Any]:
+        return {"store": self.store.counter.snapshot()}
+
+
+def connect(url: str, storage_options: dict[str, Any] | None = None, **config: Any) -> Log:
+    """Open the txlog root at ``url`` (a path, file://, s3://, gs://, abfs:// or memory://)."""
+    return Log(url, storage_options, **config)

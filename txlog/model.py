@@ -1,0 +1,106 @@
+"""Log entries: the JSON objects that claim the slots of a partition log.
+
+An entry describes one appended batch (a data batch referencing an immutable Parquet
+object, or a control marker) and claims slot ``slot`` with put-if-absent.  Offsets are
+dense: an entry's ``base_offset`` is its predecessor's ``base_offset + count``.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from txlog.errors import CorruptObjectError, UnsupportedFormatError
+
+FORMAT_VERSION = 1
+
+# Entry kinds.
+DATA = "data"
+COMMIT = "commit"
+ABORT = "abort"
+RETENTION = "retention"  # advances the log start offset
+KINDS = frozenset({DATA, COMMIT, ABORT, RETENTION})
+CONTROL_KINDS = frozenset({COMMIT, ABORT})
+
+NO_PRODUCER = -1
+NO_SEQUENCE = -1
+
+
+def new_token() -> str:
+    """A writer token: makes each claimed object's bytes unique to its writer."""
+    return secrets.token_hex(12)
+
+
+@dataclass(slots=True)
+class Entry:
+    slot: int
+    kind: str
+    base_offset: int
+    count: int
+    producer_id: int = NO_PRODUCER
+    epoch: int = 0
+    base_sequence: int = NO_SEQUENCE
+    transactional: bool = False
+    txn_id: str | None = None
+    data: str | None = None  # object key of the Parquet batch, relative to the store root
+    nbytes: int = 0
+    ts_min: int = 0
+    ts_max: int = 0
+    append_ms: int = 0
+    log_start_offset: int | None = None  # RETENTION only
+    token: str = field(default_factory=new_token)
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.count - 1
+
+    @property
+    def end_offset(self) -> int:
+        return self.base_offset + self.count
+
+    def encode(self) -> bytes:
+        d = asdict(self)
+        d["v"] = FORMAT_VERSION
+        return json.dumps(d, separators=(",", ":"), sort_keys=True).encode()
+
+
+_FIELDS = set(Entry.__dataclass_fields__)
+
+
+def decode_entry(raw: bytes, where: str) -> Entry:
+    """Decode an entry object; ``where`` names it in errors."""
+    try:
+        d = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise CorruptObjectError(
+            f"log entry {where} is not valid JSON ({exc}); it may be truncated or corrupt. "
+            "Restore it from a backup or remove the partition's tail after it."
+        ) from None
+    if not isinstance(d, dict):
+        raise CorruptObjectError(f"log entry {where} is not a JSON object")
+    v = d.pop("v", None)
+    if not isinstance(v, int):
+        raise CorruptObjectError(f"log entry {where} has no format version")
+    if v > FORMAT_VERSION:
+        raise UnsupportedFormatError(
+            f"log entry {where} has format version {v}, newer than this txlog reads "
+            f"({FORMAT_VERSION}); upgrade txlog"
+        )
+    try:
+        kwargs: dict[str, Any] = {k: d[k] for k in d if k in _FIELDS}
+        e = Entry(**kwargs)
+    except TypeError as exc:
+        raise CorruptObjectError(f"log entry {where} is missing fields: {exc}") from None
+    if (
+        e.kind not in KINDS
+        or not isinstance(e.slot, int)
+        or not isinstance(e.base_offset, int)
+        or not isinstance(e.count, int)
+        or e.count < 0
+        or e.base_offset < 0
+        or (e.kind == DATA and not isinstance(e.data, str))
+    ):
+        raise CorruptObjectError(f"log entry {where} has invalid field values")
+    return e

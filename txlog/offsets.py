@@ -1,0 +1,74 @@
+"""Consumer-group offsets, stored in the internal topic ``__consumer_offsets``.
+
+A commit is a data batch in the group's offsets partition: inside a transaction
+(``send_offsets_to_transaction``) it becomes visible only if the transaction commits,
+because readers see it through read_committed like any other batch.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+from txlog.errors import ConfigError
+from txlog.names import CONSUMER_OFFSETS_TOPIC
+from txlog.partition_state import READ_COMMITTED
+from txlog.records import TopicPartition, kafka_table, now_ms
+
+if TYPE_CHECKING:
+    from txlog.log import Log
+
+
+def offsets_partition(txlog: Log, group_id: str) -> TopicPartition:
+    n = txlog.topic(CONSUMER_OFFSETS_TOPIC).partitions
+    return TopicPartition(CONSUMER_OFFSETS_TOPIC, zlib.crc32(group_id.encode()) % n)
+
+
+def _key(group_id: str, tp: TopicPartition) -> bytes:
+    return json.dumps([group_id, tp.topic, tp.partition], separators=(",", ":")).encode()
+
+
+def encode_offset_commits(group_id: str, offsets: Mapping[TopicPartition, int]) -> pa.Table:
+    now = now_ms()
+    rows = []
+    for tp, off in offsets.items():
+        tp = TopicPartition(*tp)
+        if not isinstance(off, int) or isinstance(off, bool) or off < 0:
+            raise ConfigError(f"offset for {tp} must be a non-negative int, not {off!r}")
+        rows.append((_key(group_id, tp), json.dumps({"offset": off}).encode(), None, now))
+    return kafka_table(rows)
+
+
+def read_committed_offsets(txlog: Log, group_id: str, tps: Iterable[TopicPartition],
+                           ) -> dict[TopicPartition, int | None]:
+    """Latest committed offset per partition: scans the group's offsets partition from its
+    newest visible batch backwards and stops once every asked partition is found."""
+    wanted = {TopicPartition(*tp): _key(group_id, TopicPartition(*tp)) for tp in tps}
+    out: dict[TopicPartition, int | None] = dict.fromkeys(wanted)
+    if not wanted:
+        return out
+    otp = offsets_partition(txlog, group_id)
+    plog = txlog.partition_log(otp)
+    st = plog.refresh()
+    from txlog.resolve import resolve_lso
+
+    st = resolve_lso(txlog, otp)
+    spans, _ = st.plan_read(st.log_start_offset, None, READ_COMMITTED)
+    by_key = {v: k for k, v in wanted.items()}
+    missing = set(wanted)
+    for span in reversed(spans):
+        table = plog.read_span(span, ["key", "value"])
+        keys = table.column("key").to_pylist()
+        values = table.column("value").to_pylist()
+        for k, v in zip(reversed(keys), reversed(values), strict=True):
+            tp = by_key.get(k)
+            if tp is not None and tp in missing:
+                out[tp] = int(json.loads(v)["offset"])
+                missing.discard(tp)
+        if not missing:
+            break
+    return out

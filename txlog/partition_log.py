@@ -1,0 +1,225 @@
+"""One partition's log on the object store: load (checkpoint + tail), append, read.
+
+An append is one put-if-absent claiming the next slot.  A writer predicts the slot from
+its cached state and succeeds with one request; on contention it reads the new tail
+(one list plus the new entries) and retries, re-validating against what it learned.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import uuid
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from txlog import layout
+from txlog.checkpoint import decode_checkpoint, encode_checkpoint
+from txlog.errors import CorruptObjectError, ObjectNotFoundError
+from txlog.model import DATA, Entry, decode_entry
+from txlog.partition_state import PartitionState, ReadSpan
+from txlog.records import now_ms
+from txlog.storage.base import ObjectStore
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CHECKPOINT_INTERVAL = 1000
+KEEP_CHECKPOINTS = 2
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    base_offset: int
+    slot: int
+    duplicate: bool = False
+
+
+@dataclass(slots=True)
+class AppendSpec:
+    kind: str
+    count: int
+    producer_id: int = -1
+    epoch: int = 0
+    base_sequence: int = -1
+    transactional: bool = False
+    txn_id: str | None = None
+    data: str | None = None
+    nbytes: int = 0
+    ts_min: int = 0
+    ts_max: int = 0
+    log_start_offset: int | None = None
+
+
+def _parallel(store: ObjectStore) -> bool:
+    return store.backend not in ("local", "memory")
+
+
+class PartitionLog:
+    def __init__(self, store: ObjectStore, topic: str, partition: int, *,
+                 checkpoint_interval: int = DEFAULT_CHECKPOINT_INTERVAL) -> None:
+        self.store = store
+        self.topic = topic
+        self.partition = partition
+        self.checkpoint_interval = max(1, checkpoint_interval)
+        self.state: PartitionState | None = None
+        self._log_prefix = layout.log_prefix(topic, partition)
+
+    @property
+    def name(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+    # -- loading -----------------------------------------------------------------------
+
+    def load(self) -> PartitionState:
+        """Latest readable checkpoint plus the entries after it (never the whole history)."""
+        st = self._load_checkpoint()
+        self._read_tail(st)
+        self.state = st
+        return st
+
+    def refresh(self) -> PartitionState:
+        if self.state is None:
+            return self.load()
+        self._read_tail(self.state)
+        return self.state
+
+    def current(self) -> PartitionState:
+        return self.state if self.state is not None else self.load()
+
+    def _load_checkpoint(self) -> PartitionState:
+        keys = self.store.list(layout.checkpoint_prefix(self.topic, self.partition))
+        for key in reversed(keys):
+            try:
+                return decode_checkpoint(self.store.get(key), key)
+            except ObjectNotFoundError:
+                continue  # deleted by a newer checkpoint's cleanup
+            except CorruptObjectError as exc:
+                log.warning("ignoring unreadable checkpoint: %s", exc)
+        return PartitionState()
+
+    def _read_tail(self, st: PartitionState) -> int:
+        start_after = (layout.entry_key(self.topic, self.partition, st.next_slot - 1)
+                       if st.next_slot > 0 else None)
+        keys = self.store.list(self._log_prefix, start_after=start_after)
+        if not keys:
+            return 0
+        # Only the contiguous run from next_slot: a claimed slot is never skipped.
+        run: list[str] = []
+        expect = st.next_slot
+        for k in keys:
+            try:
+                slot = layout.slot_of(k)
+            except ValueError:
+                continue
+            if slot != expect:
+                break
+            run.append(k)
+            expect += 1
+        if _parallel(self.store) and len(run) > 1:
+            with ThreadPoolExecutor(max_workers=min(16, len(run))) as ex:
+                raws = list(ex.map(self.store.get, run))
+        else:
+            raws = [self.store.get(k) for k in run]
+        for k, raw in zip(run, raws, strict=True):
+            st.apply(decode_entry(raw, k))
+        return len(run)
+
+    # -- appending -----------------------------------------------------------------------
+
+    def write_data(self, table: pa.Table) -> tuple[str, int]:
+        """Write a batch object under a unique name (plain put; not yet part of the log)."""
+        key = layout.data_key(self.topic, self.partition, uuid.uuid4().hex)
+        data = encode_parquet(table)
+        self.store.put(key, data)
+        return key, len(data)
+
+    def append(self, spec: AppendSpec) -> AppendResult:
+        """Claim the next slot for ``spec``; returns the batch's base offset.
+
+        Data batches are validated against the producer state of the log as it is just
+        before the claimed slot (sequence gaps, duplicates, fenced epochs); a lost race
+        re-reads the tail and re-validates, so a check never goes stale.
+        """
+        st = self.current()
+        while True:
+            if spec.kind == DATA:
+                dup = st.check_sequence(spec.producer_id, spec.epoch, spec.base_sequence,
+                                        spec.count, spec.transactional)
+                if dup is not None:
+                    return AppendResult(dup, -1, duplicate=True)
+            entry = Entry(
+                slot=st.next_slot, kind=spec.kind, base_offset=st.high_watermark,
+                count=spec.count, producer_id=spec.producer_id, epoch=spec.epoch,
+                base_sequence=spec.base_sequence, transactional=spec.transactional,
+                txn_id=spec.txn_id, data=spec.data, nbytes=spec.nbytes, ts_min=spec.ts_min,
+                ts_max=spec.ts_max, append_ms=now_ms(), log_start_offset=spec.log_start_offset,
+            )
+            key = layout.entry_key(self.topic, self.partition, entry.slot)
+            if self.store.put_if_absent(key, entry.encode()):
+                st.apply(entry)
+                if st.next_slot % self.checkpoint_interval == 0:
+                    self._checkpoint_quietly(st)
+                return AppendResult(entry.base_offset, entry.slot)
+            self._read_tail(st)
+
+    # -- checkpoints ---------------------------------------------------------------------
+
+    def write_checkpoint(self, st: PartitionState | None = None) -> str:
+        st = st or self.refresh()
+        key = layout.checkpoint_key(self.topic, self.partition, st.next_slot)
+        self.store.put(key, encode_checkpoint(st))
+        old = self.store.list(layout.checkpoint_prefix(self.topic, self.partition))
+        for k in old[:-KEEP_CHECKPOINTS]:
+            if k < key:
+                self.store.delete(k)
+        return key
+
+    def _checkpoint_quietly(self, st: PartitionState) -> None:
+        # A failed checkpoint costs only a longer tail for the next reader.
+        try:
+            self.write_checkpoint(st)
+        except Exception as exc:
+            log.warning("checkpoint of %s failed (will retry at the next interval): %s",
+                        self.name, exc)
+
+    # -- reading -------------------------------------------------------------------------
+
+    def read_spans(self, spans: Sequence[ReadSpan], columns: Sequence[str] | None = None,
+                   ) -> list[pa.Table]:
+        """The rows of each span, trimmed to its offsets, in order."""
+        if _parallel(self.store) and len(spans) > 1:
+            with ThreadPoolExecutor(max_workers=min(16, len(spans))) as ex:
+                return list(ex.map(lambda s: self.read_span(s, columns), spans))
+        return [self.read_span(s, columns) for s in spans]
+
+    def read_span(self, span: ReadSpan, columns: Sequence[str] | None = None) -> pa.Table:
+        raw = self.store.get(span.data)
+        table = decode_parquet(raw, span.data, columns)
+        if table.num_rows != span.count:
+            raise CorruptObjectError(
+                f"batch object {span.data} holds {table.num_rows} rows but its log entry "
+                f"says {span.count}"
+            )
+        if span.skip or span.take != span.count:
+            table = table.slice(span.skip, span.take)
+        return table
+
+
+def encode_parquet(table: pa.Table) -> bytes:
+    buf = io.BytesIO()
+    pq.write_table(table, buf, compression="snappy", write_statistics=False)
+    return buf.getvalue()
+
+
+def decode_parquet(raw: bytes, where: str, columns: Sequence[str] | None = None) -> pa.Table:
+    try:
+        return pq.read_table(pa.BufferReader(raw), columns=list(columns) if columns else None)
+    except Exception as exc:  # pyarrow raises several types for damaged input
+        raise CorruptObjectError(
+            f"batch object {where} cannot be read as Parquet ({type(exc).__name__}: {exc}); "
+            "it is truncated or corrupt"
+        ) from None

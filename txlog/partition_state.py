@@ -1,0 +1,352 @@
+"""The state of one partition, computed purely from its log entries.
+
+No I/O here: :func:`PartitionState.apply` replays entries; the high watermark, the last
+stable offset (LSO), the aborted ranges, producer (idempotence) state and the read plan
+are all functions of the replayed entries.
+
+Visibility rules (DESIGN.md, "Transactions"):
+
+* a transaction is identified by (producer id, epoch): the epoch is bumped at every
+  transaction end, so each (pid, epoch) names exactly one transaction;
+* a COMMIT/ABORT marker for (pid, e) decides every open batch of (pid, e) before it and
+  raises the partition's fence epoch for pid to e;
+* a data batch whose epoch is at or below pid's fence epoch is FENCED: a zombie's late
+  write, never visible, never holding the LSO;
+* data from pid at a newer epoch fences any still-open older epoch of pid (a legitimate
+  older transaction would have had its marker written here before the epoch moved on);
+* LSO = first offset of the earliest open transaction, else the high watermark.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+
+from txlog.errors import (
+    CorruptObjectError,
+    InvalidProducerEpochError,
+    OutOfOrderSequenceError,
+    ProducerFencedError,
+)
+from txlog.model import ABORT, COMMIT, DATA, RETENTION, Entry
+
+# Batch statuses.
+PLAIN = 0  # non-transactional: visible once appended
+COMMITTED = 1
+ABORTED = 2
+OPEN = 3
+FENCED = 4
+STATUS_NAMES = {PLAIN: "plain", COMMITTED: "committed", ABORTED: "aborted", OPEN: "open",
+                FENCED: "fenced"}
+VISIBLE = frozenset({PLAIN, COMMITTED})
+
+READ_COMMITTED = "read_committed"
+READ_UNCOMMITTED = "read_uncommitted"
+ISOLATION_LEVELS = (READ_COMMITTED, READ_UNCOMMITTED)
+
+# How many recent batches per producer are remembered for duplicate detection (Kafka: 5).
+RECENT_BATCHES = 5
+
+
+@dataclass(slots=True)
+class OpenTxn:
+    producer_id: int
+    epoch: int
+    first_offset: int
+    txn_id: str | None
+    batches: list[int] = field(default_factory=list)  # indices into the batch columns
+    first_append_ms: int = 0
+
+
+@dataclass(slots=True)
+class ProducerState:
+    epoch: int
+    last_seq: int
+    # (first_seq, last_seq, base_offset) of the most recent batches, oldest first.
+    recent: list[tuple[int, int, int]] = field(default_factory=list)
+    last_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ReadSpan:
+    """Part of one batch object to read: offsets [start, stop) of the batch at base_offset."""
+
+    data: str
+    base_offset: int
+    count: int
+    start: int
+    stop: int
+    status: int
+    producer_id: int
+    append_ms: int
+
+    @property
+    def skip(self) -> int:
+        return self.start - self.base_offset
+
+    @property
+    def take(self) -> int:
+        return self.stop - self.start
+
+
+@dataclass(frozen=True, slots=True)
+class AbortedTxn:
+    producer_id: int
+    first_offset: int
+    last_offset: int  # the ABORT marker's offset
+
+
+class BatchColumns:
+    """The data batches of a partition as parallel columns (cheap to checkpoint as Arrow)."""
+
+    __slots__ = ("append_ms", "base_offset", "count", "data", "epoch", "nbytes", "producer_id",
+                 "status", "ts_max", "ts_min", "txn_id")
+
+    def __init__(self) -> None:
+        self.base_offset: list[int] = []
+        self.count: list[int] = []
+        self.producer_id: list[int] = []
+        self.epoch: list[int] = []
+        self.status: list[int] = []
+        self.data: list[str] = []
+        self.nbytes: list[int] = []
+        self.ts_min: list[int] = []
+        self.ts_max: list[int] = []
+        self.append_ms: list[int] = []
+        self.txn_id: list[str | None] = []
+
+    def __len__(self) -> int:
+        return len(self.base_offset)
+
+    def add(self, e: Entry, status: int) -> int:
+        self.base_offset.append(e.base_offset)
+        self.count.append(e.count)
+        self.producer_id.append(e.producer_id)
+        self.epoch.append(e.epoch)
+        self.status.append(status)
+        self.data.append(e.data or "")
+        self.nbytes.append(e.nbytes)
+        self.ts_min.append(e.ts_min)
+        self.ts_max.append(e.ts_max)
+        self.append_ms.append(e.append_ms)
+        self.txn_id.append(e.txn_id)
+        return len(self.base_offset) - 1
+
+    def drop_before(self, n: int) -> None:
+        for name in self.__slots__:
+            del getattr(self, name)[:n]
+
+
+@dataclass
+class PartitionState:
+    next_slot: int = 0
+    high_watermark: int = 0
+    log_start_offset: int = 0
+    batches: BatchColumns = field(default_factory=BatchColumns)
+    open_txns: dict[tuple[int, int], OpenTxn] = field(default_factory=dict)
+    fence_epoch: dict[int, int] = field(default_factory=dict)
+    producers: dict[int, ProducerState] = field(default_factory=dict)
+    aborted: list[AbortedTxn] = field(default_factory=list)
+    last_append_ms: int = 0
+    # Count of batches dropped from ``batches`` by retention (their index base).
+    dropped_batches: int = 0
+
+    # -- replay ------------------------------------------------------------------------
+
+    def apply(self, e: Entry) -> None:
+        """Apply the entry at slot ``next_slot``."""
+        if e.slot != self.next_slot:
+            raise CorruptObjectError(
+                f"log entry for slot {e.slot} found where slot {self.next_slot} was expected"
+            )
+        if e.base_offset != self.high_watermark:
+            raise CorruptObjectError(
+                f"log entry at slot {e.slot} starts at offset {e.base_offset}, but the "
+                f"previous entry ends at {self.high_watermark}: the offset chain is broken"
+            )
+        if e.kind == DATA:
+            self._apply_data(e)
+        elif e.kind in (COMMIT, ABORT):
+            self._apply_marker(e)
+        elif e.kind == RETENTION:
+            if e.log_start_offset is not None:
+                self.log_start_offset = max(self.log_start_offset,
+                                            min(e.log_start_offset, self.high_watermark))
+        self.high_watermark += e.count
+        self.next_slot += 1
+        self.last_append_ms = max(self.last_append_ms, e.append_ms)
+
+    def _apply_data(self, e: Entry) -> None:
+        pid = e.producer_id
+        if not e.transactional:
+            status = PLAIN
+        elif e.epoch <= self.fence_epoch.get(pid, -1):
+            status = FENCED
+        else:
+            status = OPEN
+            # A newer epoch from pid means any older open epoch of pid is over.
+            for key in [k for k in self.open_txns if k[0] == pid and k[1] < e.epoch]:
+                self._close(key, FENCED, e.base_offset)
+        idx = self.batches.add(e, status)
+        if status == OPEN:
+            key = (pid, e.epoch)
+            txn = self.open_txns.get(key)
+            if txn is None:
+                txn = OpenTxn(pid, e.epoch, e.base_offset, e.txn_id, first_append_ms=e.append_ms)
+                self.open_txns[key] = txn
+            txn.batches.append(idx + self.dropped_batches)
+        if e.base_sequence >= 0 and pid >= 0:
+            self._record_sequence(e)
+
+    def _record_sequence(self, e: Entry) -> None:
+        last_seq = e.base_sequence + e.count - 1
+        p = self.producers.get(e.producer_id)
+        if p is None or e.epoch != p.epoch:
+            p = ProducerState(epoch=e.epoch, last_seq=last_seq)
+            self.producers[e.producer_id] = p
+        p.last_seq = max(p.last_seq, last_seq)
+        p.recent.append((e.base_sequence, last_seq, e.base_offset))
+        del p.recent[:-RECENT_BATCHES]
+        p.last_ms = e.append_ms
+
+    def _apply_marker(self, e: Entry) -> None:
+        pid = e.producer_id
+        key = (pid, e.epoch)
+        if key in self.open_txns:
+            self._close(key, COMMITTED if e.kind == COMMIT else ABORTED, e.base_offset)
+        for k in [k for k in self.open_txns if k[0] == pid and k[1] < e.epoch]:
+            self._close(k, FENCED, e.base_offset)
+        if e.epoch > self.fence_epoch.get(pid, -1):
+            self.fence_epoch[pid] = e.epoch
+
+    def _close(self, key: tuple[int, int], status: int, marker_offset: int) -> None:
+        txn = self.open_txns.pop(key)
+        base = self.dropped_batches
+        for i in txn.batches:
+            if i >= base:
+                self.batches.status[i - base] = status
+        if status == ABORTED:
+            self.aborted.append(AbortedTxn(txn.producer_id, txn.first_offset, marker_offset))
+
+    # -- derived values ------------------------------------------------------------------
+
+    @property
+    def last_stable_offset(self) -> int:
+        if not self.open_txns:
+            return self.high_watermark
+        return min(t.first_offset for t in self.open_txns.values())
+
+    def end_offset(self, isolation: str) -> int:
+        return self.last_stable_offset if isolation == READ_COMMITTED else self.high_watermark
+
+    def earliest_open_txn(self) -> OpenTxn | None:
+        if not self.open_txns:
+            return None
+        return min(self.open_txns.values(), key=lambda t: t.first_offset)
+
+    def aborted_ranges(self, start: int, end: int) -> list[AbortedTxn]:
+        """Kafka's aborted-transaction index entries that overlap [start, end)."""
+        return [a for a in self.aborted if a.first_offset < end and a.last_offset >= start]
+
+    # -- idempotence -----------------------------------------------------------------------
+
+    def check_sequence(
+        self, producer_id: int, epoch: int, base_sequence: int, count: int, transactional: bool
+    ) -> int | None:
+        """Validate a new batch before it is appended.
+
+        Returns the original base offset when the batch is a retry of one already in the
+        log (a duplicate), None when it may be appended; raises on fencing or a gap.
+        """
+        if transactional and epoch <= self.fence_epoch.get(producer_id, -1):
+            raise ProducerFencedError(
+                f"producer {producer_id} epoch {epoch} was fenced: its transaction already "
+                "ended in this partition; a newer producer owns the transactional.id"
+            )
+        if base_sequence < 0:
+            return None
+        p = self.producers.get(producer_id)
+        if p is not None and epoch < p.epoch:
+            raise InvalidProducerEpochError(
+                f"producer {producer_id} epoch {epoch} is older than the epoch {p.epoch} "
+                "already written to this partition: this producer was fenced"
+            )
+        if p is None or epoch > p.epoch:
+            if base_sequence != 0:
+                raise OutOfOrderSequenceError(
+                    f"producer {producer_id} epoch {epoch} starts at sequence {base_sequence}, "
+                    "expected 0: earlier batches are missing"
+                )
+            return None
+        last = base_sequence + count - 1
+        for first_seq, last_seq, base_offset in p.recent:
+            if first_seq == base_sequence and last_seq == last:
+                return base_offset
+        if base_sequence != p.last_seq + 1:
+            raise OutOfOrderSequenceError(
+                f"producer {producer_id} sent sequence {base_sequence} but the partition "
+                f"expects {p.last_seq + 1}: a batch in between is missing or was reordered"
+            )
+        return None
+
+    # -- planning ----------------------------------------------------------------------------
+
+    def batch_index_at(self, offset: int) -> int:
+        """Index of the first batch whose end is above ``offset``."""
+        b = self.batches
+        i = bisect.bisect_right(b.base_offset, offset) - 1
+        if i < 0:
+            return 0
+        if b.base_offset[i] + b.count[i] <= offset:
+            return i + 1
+        return i
+
+    def plan_read(self, start: int, end: int | None, isolation: str = READ_COMMITTED,
+                  ) -> tuple[list[ReadSpan], int]:
+        """The batch objects (with edge trims) a read of [start, end) returns.
+
+        Returns the spans and the offset the reader's position moves to once it has
+        consumed them all: the read's upper bound (the LSO or high watermark, capped by
+        ``end``), which skips trailing markers and aborted batches.
+        """
+        if isolation not in ISOLATION_LEVELS:
+            raise ValueError(f"unknown isolation level {isolation!r}")
+        limit = self.end_offset(isolation)
+        if end is not None:
+            limit = min(limit, end)
+        start = max(start, self.log_start_offset)
+        spans: list[ReadSpan] = []
+        if start >= limit:
+            return spans, start
+        b = self.batches
+        committed_only = isolation == READ_COMMITTED
+        for i in range(self.batch_index_at(start), len(b)):
+            base = b.base_offset[i]
+            if base >= limit:
+                break
+            status = b.status[i]
+            if committed_only and status not in VISIBLE:
+                continue
+            stop = min(base + b.count[i], limit)
+            lo = max(base, start)
+            if lo < stop:
+                spans.append(ReadSpan(b.data[i], base, b.count[i], lo, stop, status,
+                                      b.producer_id[i], b.append_ms[i]))
+        return spans, limit
+
+    def drop_batches_below(self, offset: int) -> int:
+        """Forget batches wholly below ``offset`` (after retention); returns how many."""
+        b = self.batches
+        n = 0
+        while n < len(b) and b.base_offset[n] + b.count[n] <= offset:
+            n += 1
+        if n:
+            b.drop_before(n)
+            self.dropped_batches += n
+        return n
+
+    def visible_batch_count(self) -> int:
+        return sum(1 for s in self.batches.status if s in VISIBLE)
+
+    def size_bytes(self) -> int:
+        return sum(self.batches.nbytes)

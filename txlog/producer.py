@@ -1,0 +1,408 @@
+"""The producer: Kafka's client API over txlog partition logs.
+
+Non-transactional producers are idempotent by default (a producer id and per-partition
+sequence numbers, so a retried append is recognised).  With ``transactional_id`` the
+producer runs Kafka's transaction protocol through the in-process coordinator:
+partitions are registered before the first write to them, and every transaction end
+bumps the epoch.
+
+Records are batched per partition (``batch.size`` bytes or ``linger.ms`` since the first
+record, checked on each send) and every batch is written on flush, commit or close.
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from txlog.config import normalize_key
+from txlog.errors import (
+    ConfigError,
+    InvalidTxnStateError,
+    ProducerFencedError,
+    TxlogError,
+)
+from txlog.model import DATA
+from txlog.names import CONSUMER_OFFSETS_TOPIC, validate_id
+from txlog.offsets import encode_offset_commits, offsets_partition
+from txlog.partition_log import AppendSpec
+from txlog.partitioner import RoundRobin, partition_for_key
+from txlog.records import TopicPartition, conform, kafka_table, now_ms
+
+if TYPE_CHECKING:
+    from txlog.log import Log
+
+
+class State(enum.Enum):
+    UNINITIALIZED = "UNINITIALIZED"
+    READY = "READY"
+    IN_TRANSACTION = "IN_TRANSACTION"
+    COMMITTING = "COMMITTING_TRANSACTION"
+    ABORTING = "ABORTING_TRANSACTION"
+    ABORTABLE_ERROR = "ABORTABLE_ERROR"
+    FATAL_ERROR = "FATAL_ERROR"
+    CLOSED = "CLOSED"
+
+
+@dataclass(frozen=True, slots=True)
+class RecordMetadata:
+    topic: str
+    partition: int
+    offset: int
+
+
+@dataclass
+class _PendingBatch:
+    rows: list[tuple[Any, Any, Any, int | None]] = field(default_factory=list)
+    tables: list[pa.Table] = field(default_factory=list)
+    nbytes: int = 0
+    first_ms: int = 0
+    futures: list[SendFuture] = field(default_factory=list)
+
+
+class SendFuture:
+    """Result of :meth:`Producer.send`: the record's offset once its batch is written."""
+
+    def __init__(self, tp: TopicPartition, index: int) -> None:
+        self.tp = tp
+        self.index = index
+        self._meta: RecordMetadata | None = None
+        self._error: BaseException | None = None
+
+    def _done(self, base_offset: int) -> None:
+        self._meta = RecordMetadata(self.tp.topic, self.tp.partition, base_offset + self.index)
+
+    def _fail(self, exc: BaseException) -> None:
+        self._error = exc
+
+    def done(self) -> bool:
+        return self._meta is not None or self._error is not None
+
+    def get(self, timeout: float | None = None) -> RecordMetadata:
+        if self._error is not None:
+            raise self._error
+        if self._meta is None:
+            raise InvalidTxnStateError("record not written yet; call flush() first")
+        return self._meta
+
+
+_PRODUCER_KEYS = {"batch.size", "linger.ms", "enable.idempotence", "transaction.timeout.ms"}
+
+
+class Producer:
+    def __init__(self, txlog: Log, *, transactional_id: str | None = None,
+                 **config: Any) -> None:
+        self.log = txlog
+        self.transactional_id = (validate_id("transactional.id", transactional_id)
+                                 if transactional_id is not None else None)
+        cfg: dict[str, Any] = {k: txlog.config[k] for k in _PRODUCER_KEYS}
+        for k, v in config.items():
+            key = normalize_key(k)
+            if key not in _PRODUCER_KEYS:
+                raise ConfigError(
+                    f"unknown producer option {k!r}; producer options: "
+                    f"{', '.join(sorted(_PRODUCER_KEYS))}")
+            from txlog.config import _coerce
+
+            cfg[key] = _coerce(key, v)
+        self.batch_size = int(cfg["batch.size"])
+        self.linger_ms = int(cfg["linger.ms"])
+        self.idempotent = bool(cfg["enable.idempotence"]) or transactional_id is not None
+        self.timeout_ms = int(cfg["transaction.timeout.ms"])
+        self._lock = threading.RLock()
+        self._pending: dict[TopicPartition, _PendingBatch] = {}
+        self._seq: dict[TopicPartition, int] = {}
+        self._rr = RoundRobin()
+        self.producer_id = -1
+        self.epoch = 0
+        self._registered: set[TopicPartition] = set()
+        self._error: BaseException | None = None
+        if transactional_id is None:
+            self.state = State.READY
+            if self.idempotent:
+                self.producer_id = txlog.coordinator.pids.allocate()
+        else:
+            self.state = State.UNINITIALIZED
+
+    # -- transactions -----------------------------------------------------------------------
+
+    def init_transactions(self) -> None:
+        """Register this instance as the owner of its transactional.id, fencing older ones
+        and completing or aborting whatever they left open."""
+        self._require_txn()
+        if self.state not in (State.UNINITIALIZED, State.READY):
+            raise InvalidTxnStateError(f"init_transactions() in state {self.state.value}")
+        assert self.transactional_id is not None
+        self.producer_id, self.epoch = self.log.coordinator.init_producer_id(
+            self.transactional_id, self.timeout_ms)
+        self._seq.clear()
+        self.state = State.READY
+
+    def begin_transaction(self) -> None:
+        self._require_txn()
+        self._check_state(State.READY, "begin_transaction()")
+        self._registered.clear()
+        self._seq.clear()
+        self.state = State.IN_TRANSACTION
+
+    def send_offsets_to_transaction(self, offsets: Mapping[TopicPartition, int],
+                                    group_id: str) -> None:
+        """Commit consumer offsets as part of the transaction (visible only if it commits)."""
+        self._require_txn()
+        self._check_state(State.IN_TRANSACTION, "send_offsets_to_transaction()")
+        validate_id("group.id", group_id)
+        tp = offsets_partition(self.log, group_id)
+        table = encode_offset_commits(group_id, offsets)
+        with self._lock:
+            self._guard(lambda: self._append_now(tp, table))
+
+    def commit_transaction(self) -> None:
+        self._require_txn()
+        if self.state == State.ABORTABLE_ERROR:
+            raise InvalidTxnStateError(
+                f"cannot commit: the transaction hit an error ({self._error}); "
+                "call abort_transaction()")
+        self._check_state(State.IN_TRANSACTION, "commit_transaction()")
+        self.flush()
+        self._end(commit=True)
+
+    def abort_transaction(self) -> None:
+        self._require_txn()
+        if self.state not in (State.IN_TRANSACTION, State.ABORTABLE_ERROR):
+            raise InvalidTxnStateError(f"abort_transaction() in state {self.state.value}")
+        with self._lock:
+            for batch in self._pending.values():
+                for f in batch.futures:
+                    f._fail(InvalidTxnStateError("transaction aborted before the batch was sent"))
+            self._pending.clear()
+        self._end(commit=False)
+
+    def _end(self, commit: bool) -> None:
+        assert self.transactional_id is not None
+        self.state = State.COMMITTING if commit else State.ABORTING
+        try:
+            self.producer_id, self.epoch = self.log.coordinator.end_txn(
+                self.transactional_id, self.producer_id, self.epoch, commit)
+        except ProducerFencedError as exc:
+            self._fatal(exc)
+            raise
+        except TxlogError as exc:
+            if exc.abortable:
+                self.state = State.ABORTABLE_ERROR
+                self._error = exc
+            else:
+                self._fatal(exc)
+            raise
+        self._registered.clear()
+        self._seq.clear()
+        self.state = State.READY
+
+    # -- sending ---------------------------------------------------------------------------
+
+    def send(self, topic: str, value: Any = None, key: Any = None, *,
+             partition: int | None = None, headers: Any = None,
+             timestamp_ms: int | None = None) -> SendFuture:
+        """Queue one record; returns a future whose offset is known after flush()."""
+        self._check_can_send()
+        info = self.log.topic(topic)
+        if not info.kafka_shaped:
+            if not isinstance(value, Mapping):
+                raise TypeError(
+                    f"topic {topic!r} is typed: send a dict of its columns as value, or "
+                    "use send_batch() with an Arrow table")
+            return self._queue_table(topic, pa.Table.from_pylist([dict(value)]), partition,
+                                     key)
+        kb = key.encode() if isinstance(key, str) else key
+        p = self._choose_partition(topic, info.partitions, partition, kb)
+        tp = TopicPartition(topic, p)
+        row = (key, value, headers, timestamp_ms)
+        size = (len(kb) if kb else 0) + (len(value) if isinstance(value, (bytes, str)) else 8)
+        with self._lock:
+            batch = self._pending.setdefault(tp, _PendingBatch(first_ms=now_ms()))
+            fut = SendFuture(tp, len(batch.rows) + sum(t.num_rows for t in batch.tables))
+            batch.rows.append(row)
+            batch.nbytes += size + 16
+            batch.futures.append(fut)
+            self._maybe_flush(tp, batch)
+        return fut
+
+    def send_batch(self, topic: str, table: pa.Table, *, partition: int | None = None,
+                   ) -> list[RecordMetadata] | None:
+        """Queue an Arrow table of records (columns of the topic, or key/value/headers/
+        timestamp for Kafka-shaped topics) for one partition."""
+        self._check_can_send()
+        info = self.log.topic(topic)
+        if not isinstance(table, pa.Table):
+            raise TypeError("send_batch() takes a pyarrow.Table")
+        conform(table, info.schema, topic, kafka_shaped=info.kafka_shaped)  # fail early
+        self._queue_table(topic, table, partition, None)
+        return None
+
+    def _queue_table(self, topic: str, table: pa.Table, partition: int | None,
+                     key: Any) -> SendFuture:
+        info = self.log.topic(topic)
+        kb = key.encode() if isinstance(key, str) else key
+        p = self._choose_partition(topic, info.partitions, partition, kb)
+        tp = TopicPartition(topic, p)
+        with self._lock:
+            batch = self._pending.setdefault(tp, _PendingBatch(first_ms=now_ms()))
+            if batch.rows:
+                batch.tables.append(self._rows_table(tp, batch.rows))
+                batch.rows = []
+            fut = SendFuture(tp, sum(t.num_rows for t in batch.tables))
+            batch.tables.append(table)
+            batch.nbytes += table.nbytes
+            batch.futures.append(fut)
+            self._maybe_flush(tp, batch)
+        return fut
+
+    def _choose_partition(self, topic: str, n: int, partition: int | None,
+                          key: bytes | None) -> int:
+        if partition is not None:
+            if not 0 <= partition < n:
+                from txlog.errors import UnknownTopicError
+
+                raise UnknownTopicError(
+                    f"topic {topic!r} has partitions 0..{n - 1}, not {partition}")
+            return partition
+        if key:
+            return partition_for_key(key, n)
+        return self._rr.next(n)
+
+    def _maybe_flush(self, tp: TopicPartition, batch: _PendingBatch) -> None:
+        if batch.nbytes >= self.batch_size or now_ms() - batch.first_ms >= self.linger_ms:
+            self._flush_partitions([tp])
+
+    def flush(self) -> None:
+        """Write every queued batch."""
+        with self._lock:
+            self._flush_partitions(list(self._pending))
+
+    def _flush_partitions(self, tps: list[TopicPartition]) -> None:
+        tps = [tp for tp in tps if tp in self._pending]
+        if not tps:
+            return
+        self._guard(lambda: self._register(tps))
+        for tp in tps:
+            batch = self._pending.pop(tp)
+            info = self.log.topic(tp.topic)
+            tables = list(batch.tables)
+            if batch.rows:
+                tables.append(self._rows_table(tp, batch.rows))
+            table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+            table = conform(table, info.schema, tp.topic, kafka_shaped=info.kafka_shaped)
+            try:
+                base = self._guard(lambda t=table, p=tp: self._append_now(p, t))  # type: ignore[misc]
+            except BaseException as exc:
+                for f in batch.futures:
+                    f._fail(exc)
+                raise
+            for f in batch.futures:
+                f._done(base)
+
+    def _rows_table(self, tp: TopicPartition, rows: list[Any]) -> pa.Table:
+        return kafka_table(rows)
+
+    def _register(self, tps: list[TopicPartition]) -> None:
+        if self.transactional_id is None:
+            return
+        new = [tp for tp in tps if tp not in self._registered]
+        if new:
+            self.log.coordinator.add_partitions(self.transactional_id, self.producer_id,
+                                                self.epoch, new)
+            self._registered.update(new)
+
+    def _append_now(self, tp: TopicPartition, table: pa.Table) -> int:
+        """Write the batch object, then claim the partition's next slot for it."""
+        self._register([tp])
+        plog = self.log.partition_log(tp)
+        key, nbytes = plog.write_data(table)
+        seq = self._seq.get(tp, 0) if self.idempotent else -1
+        ts_min, ts_max = _ts_range(table)
+        res = plog.append(AppendSpec(
+            kind=DATA, count=table.num_rows, producer_id=self.producer_id, epoch=self.epoch,
+            base_sequence=seq, transactional=self.transactional_id is not None,
+            txn_id=self.transactional_id, data=key, nbytes=nbytes, ts_min=ts_min,
+            ts_max=ts_max))
+        if self.idempotent:
+            self._seq[tp] = seq + table.num_rows
+        if res.duplicate:
+            plog.store.delete(key)  # our retry: the first copy is in the log
+        return res.base_offset
+
+    # -- state checks ------------------------------------------------------------------------
+
+    def _guard(self, fn: Any) -> Any:
+        try:
+            return fn()
+        except ProducerFencedError as exc:
+            self._fatal(exc)
+            raise
+        except TxlogError as exc:
+            if self.transactional_id is not None and self.state == State.IN_TRANSACTION:
+                if exc.abortable:
+                    self.state = State.ABORTABLE_ERROR
+                    self._error = exc
+                else:
+                    self._fatal(exc)
+            raise
+
+    def _fatal(self, exc: BaseException) -> None:
+        self.state = State.FATAL_ERROR
+        self._error = exc
+
+    def _require_txn(self) -> None:
+        if self.transactional_id is None:
+            raise InvalidTxnStateError(
+                "this producer has no transactional_id; create it with "
+                "log.producer(transactional_id=...) to use transactions")
+
+    def _check_state(self, want: State, what: str) -> None:
+        if self.state == State.FATAL_ERROR:
+            raise ProducerFencedError(f"{what}: the producer hit a fatal error ({self._error}); "
+                                      "close it") if isinstance(
+                self._error, ProducerFencedError) else InvalidTxnStateError(
+                f"{what}: the producer hit a fatal error ({self._error}); close it")
+        if self.state != want:
+            raise InvalidTxnStateError(f"{what} is not allowed in state {self.state.value}")
+
+    def _check_can_send(self) -> None:
+        if self.transactional_id is not None:
+            if self.state == State.ABORTABLE_ERROR:
+                raise InvalidTxnStateError(
+                    f"the transaction hit an error ({self._error}); call abort_transaction()")
+            self._check_state(State.IN_TRANSACTION, "send()")
+        elif self.state == State.CLOSED:
+            raise InvalidTxnStateError("send() on a closed producer")
+
+    def close(self, timeout: float | None = None) -> None:
+        if self.state == State.CLOSED:
+            return
+        if self.transactional_id is None:
+            self.flush()
+        self._pending.clear()
+        self.state = State.CLOSED
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _ts_range(table: pa.Table) -> tuple[int, int]:
+    if "timestamp" in table.column_names and table.num_rows:
+        import pyarrow.compute as pc
+
+        mm = pc.min_max(table.column("timestamp").cast(pa.int64()))
+        lo, hi = mm["min"].as_py(), mm["max"].as_py()
+        if lo is not None and hi is not None:
+            return int(lo), int(hi)
+    t = now_ms()
+    return t, t
+

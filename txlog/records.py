@@ -1,0 +1,163 @@
+"""Record shapes: the Kafka-shaped schema, typed topics, and Arrow <-> Record conversion."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any, NamedTuple
+
+import pyarrow as pa
+
+from txlog.errors import SchemaMismatchError
+
+HEADER_TYPE = pa.list_(pa.struct([pa.field("key", pa.string(), nullable=False),
+                                  pa.field("value", pa.binary())]))
+KAFKA_SCHEMA = pa.schema([
+    pa.field("key", pa.binary()),
+    pa.field("value", pa.binary()),
+    pa.field("headers", HEADER_TYPE),
+    pa.field("timestamp", pa.timestamp("ms", tz="UTC")),
+])
+
+
+class TopicPartition(NamedTuple):
+    topic: str
+    partition: int
+
+
+class Record(NamedTuple):
+    topic: str
+    partition: int
+    offset: int
+    key: Any
+    value: Any
+    headers: list[tuple[str, bytes | None]]
+    timestamp: int  # milliseconds since the epoch
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _as_bytes(x: Any, what: str) -> bytes | None:
+    if x is None or isinstance(x, bytes):
+        return x
+    if isinstance(x, (bytearray, memoryview)):
+        return bytes(x)
+    if isinstance(x, str):
+        return x.encode()
+    raise SchemaMismatchError(f"{what} must be bytes, str or None, not {type(x).__name__}")
+
+
+def kafka_table(rows: Sequence[tuple[Any, Any, Any, int | None]]) -> pa.Table:
+    """Build a Kafka-shaped table from (key, value, headers, timestamp_ms) tuples."""
+    now = now_ms()
+    keys = [_as_bytes(r[0], "key") for r in rows]
+    values = [_as_bytes(r[1], "value") for r in rows]
+    headers = [
+        None if r[2] is None else [
+            {"key": str(k), "value": _as_bytes(v, "header value")} for k, v in _header_items(r[2])
+        ]
+        for r in rows
+    ]
+    ts = [now if r[3] is None else int(r[3]) for r in rows]
+    return pa.table([pa.array(keys, pa.binary()), pa.array(values, pa.binary()),
+                     pa.array(headers, HEADER_TYPE), pa.array(ts, pa.timestamp("ms", tz="UTC"))],
+                    schema=KAFKA_SCHEMA)
+
+
+def _header_items(h: Any) -> Iterable[tuple[str, Any]]:
+    if isinstance(h, dict):
+        return h.items()
+    return [(k, v) for k, v in h]
+
+
+def conform(table: pa.Table, schema: pa.Schema, topic: str, *, kafka_shaped: bool) -> pa.Table:
+    """Check ``table`` against a topic's schema and return it in the topic's exact types.
+
+    Column order and safe casts (e.g. string -> binary for Kafka keys) are fixed up;
+    missing required columns, unknown columns and unsafe casts are errors.
+    """
+    names = set(table.column_names)
+    if kafka_shaped:
+        if "value" not in names:
+            raise SchemaMismatchError(
+                f"topic {topic!r} holds Kafka-shaped records: the table needs a 'value' column "
+                f"(and optionally key, headers, timestamp); it has {sorted(names)}"
+            )
+        n = table.num_rows
+        cols = []
+        for f in KAFKA_SCHEMA:
+            if f.name in names:
+                cols.append(_cast(table.column(f.name), f, topic))
+            elif f.name == "timestamp":
+                cols.append(pa.array([now_ms()] * n, pa.timestamp("ms", tz="UTC")))
+            else:
+                cols.append(pa.nulls(n, f.type))
+        extra = names - set(KAFKA_SCHEMA.names)
+        if extra:
+            raise SchemaMismatchError(
+                f"topic {topic!r} (Kafka-shaped) does not take columns {sorted(extra)}"
+            )
+        return pa.table(cols, schema=KAFKA_SCHEMA)
+    missing = [f.name for f in schema if f.name not in names and not f.nullable]
+    extra = names - set(schema.names)
+    if missing or extra:
+        raise SchemaMismatchError(
+            f"data does not match topic {topic!r}: missing columns {missing}, unknown columns "
+            f"{sorted(extra)}; the topic's schema is {schema}"
+        )
+    cols = []
+    for f in schema:
+        if f.name in names:
+            cols.append(_cast(table.column(f.name), f, topic))
+        else:
+            cols.append(pa.nulls(table.num_rows, f.type))
+    return pa.table(cols, schema=schema)
+
+
+def _cast(col: pa.ChunkedArray, f: pa.Field, topic: str) -> pa.ChunkedArray:
+    if col.type != f.type:
+        try:
+            col = col.cast(f.type, safe=True)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            raise SchemaMismatchError(
+                f"column {f.name!r} of type {col.type} cannot be written to topic {topic!r} "
+                f"whose column is {f.type}: {exc}"
+            ) from None
+    if not f.nullable and col.null_count:
+        raise SchemaMismatchError(
+            f"column {f.name!r} of topic {topic!r} is not nullable but has {col.null_count} nulls"
+        )
+    return col
+
+
+def table_to_records(table: pa.Table, topic: str, partition: int, first_offset: int,
+                     *, kafka_shaped: bool, append_ms: int = 0) -> list[Record]:
+    """Row objects at the edge: the table stays columnar until here."""
+    n = table.num_rows
+    if kafka_shaped:
+        keys = table.column("key").to_pylist()
+        values = table.column("value").to_pylist()
+        headers = table.column("headers").to_pylist()
+        ts = table.column("timestamp").cast(pa.int64()).to_pylist()
+        return [Record(topic, partition, first_offset + i, keys[i], values[i],
+                       [(h["key"], h["value"]) for h in headers[i]] if headers[i] else [],
+                       ts[i] if ts[i] is not None else append_ms)
+                for i in range(n)]
+    rows = table.to_pylist()
+    return [Record(topic, partition, first_offset + i, None, rows[i], [], append_ms)
+            for i in range(n)]
+
+
+def schema_to_json(schema: pa.Schema) -> str:
+    """Serialise an Arrow schema as base64 IPC (exact, including nullability)."""
+    import base64
+
+    return base64.b64encode(schema.serialize().to_pybytes()).decode()
+
+
+def schema_from_json(s: str) -> pa.Schema:
+    import base64
+
+    return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(s)))

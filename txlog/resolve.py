@@ -1,0 +1,36 @@
+"""Resolution instead of waiting: settle what holds a partition's LSO (DESIGN.md, liveness).
+
+A transaction in Prepare* is rolled forward; one past its timeout is fenced and aborted; a
+zombie's batch whose transaction is already over gets an ABORT marker.  A transaction that
+is merely open and in time keeps holding the LSO, as in Kafka.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from txlog.partition_state import PartitionState
+from txlog.records import TopicPartition
+
+if TYPE_CHECKING:
+    from txlog.log import Log
+
+MAX_ROUNDS = 16
+
+
+def resolve_lso(txlog: Log, tp: TopicPartition) -> PartitionState:
+    """Refresh ``tp`` and settle the open transactions at its LSO; returns the new state."""
+    plog = txlog.partition_log(tp)
+    st = plog.refresh()
+    seen: set[tuple[int, int]] = set()
+    for _ in range(MAX_ROUNDS):
+        txn = st.earliest_open_txn()
+        if txn is None or (txn.producer_id, txn.epoch) in seen:
+            break
+        seen.add((txn.producer_id, txn.epoch))
+        # The partition was read above, before the state log is consulted: any marker
+        # written before the transaction's Complete* record is already in ``st``.
+        if not txlog.coordinator.resolve_open(tp, txn.producer_id, txn.epoch, txn.txn_id):
+            break
+        st = plog.refresh()
+    return st

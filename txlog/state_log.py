@@ -1,0 +1,178 @@
+"""The transaction state log: partitions keyed by hash(transactional.id), on the store.
+
+Each partition is a sequence of slots claimed with put-if-absent; each slot holds one
+:class:`TxnRecord`.  Claiming the next slot after reading the current record is a
+compare-and-set: two clients acting on one transactional.id at once are serialised, and
+the loser re-reads and re-decides.  Periodic JSON checkpoints bound replay.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import zlib
+from collections.abc import Callable
+from typing import Any
+
+from txlog.errors import CorruptObjectError, ObjectNotFoundError, UnsupportedFormatError
+from txlog.model import new_token
+from txlog.storage.base import ObjectStore
+from txlog.txn_state import TxnRecord
+
+log = logging.getLogger(__name__)
+
+DEFAULT_STATE_PARTITIONS = 50
+CHECKPOINT_INTERVAL = 200
+VERSION = 1
+BUCKET = 10_000
+
+
+def state_partition_for(txn_id: str, partitions: int = DEFAULT_STATE_PARTITIONS) -> int:
+    return zlib.crc32(txn_id.encode()) % partitions
+
+
+class StateLogPartition:
+    def __init__(self, store: ObjectStore, partition: int) -> None:
+        self.store = store
+        self.partition = partition
+        self.prefix = f"_txn/state/{partition:03d}/"
+        self.records: dict[str, TxnRecord] = {}
+        self.next_slot = 0
+        self.loaded = False
+
+    def _entry_key(self, slot: int) -> str:
+        return f"{self.prefix}log/{slot // BUCKET:06d}/{slot:012d}.json"
+
+    def _ckpt_key(self, next_slot: int) -> str:
+        return f"{self.prefix}checkpoints/{next_slot:012d}.json"
+
+    # -- reading -------------------------------------------------------------------------
+
+    def refresh(self) -> None:
+        if not self.loaded:
+            self._load_checkpoint()
+            self.loaded = True
+        start_after = self._entry_key(self.next_slot - 1) if self.next_slot else None
+        keys = self.store.list(f"{self.prefix}log/", start_after=start_after)
+        for key in keys:
+            slot = int(key.rsplit("/", 1)[1].split(".")[0])
+            if slot != self.next_slot:
+                break
+            self._apply(self._decode(self.store.get(key), key), slot)
+
+    def _apply(self, d: dict[str, Any], slot: int) -> None:
+        rec = TxnRecord.from_json(d["record"], self._entry_key(slot))
+        self.records[rec.txn_id] = rec
+        self.next_slot = slot + 1
+
+    @staticmethod
+    def _decode(raw: bytes, where: str) -> dict[str, Any]:
+        try:
+            d = json.loads(raw)
+        except (ValueError, UnicodeDecodeError):
+            raise CorruptObjectError(
+                f"state-log object {where} is not valid JSON (truncated or corrupt)"
+            ) from None
+        if not isinstance(d, dict) or not isinstance(d.get("v"), int):
+            raise CorruptObjectError(f"state-log object {where} has no format version")
+        if d["v"] > VERSION:
+            raise UnsupportedFormatError(
+                f"state-log object {where} has version {d['v']}, newer than this txlog reads; "
+                "upgrade txlog"
+            )
+        return d
+
+    def _load_checkpoint(self) -> None:
+        keys = self.store.list(f"{self.prefix}checkpoints/")
+        for key in reversed(keys):
+            try:
+                d = self._decode(self.store.get(key), key)
+                records = {k: TxnRecord.from_json(v, key) for k, v in d["records"].items()}
+                self.records, self.next_slot = records, int(d["next_slot"])
+                return
+            except ObjectNotFoundError:
+                continue
+            except (CorruptObjectError, KeyError, TypeError, ValueError) as exc:
+                log.warning("ignoring unreadable state-log checkpoint %s: %s", key, exc)
+        self.records, self.next_slot = {}, 0
+
+    def get(self, txn_id: str) -> TxnRecord | None:
+        return self.records.get(txn_id)
+
+    # -- writing -------------------------------------------------------------------------
+
+    def compare_and_set(self, txn_id: str, expected: TxnRecord | None,
+                        new: TxnRecord) -> bool:
+        """Persist ``new`` only if ``txn_id``'s current record is ``expected``.
+
+        Returns False (without writing) when another client changed the record first.
+        """
+        self.refresh()
+        while True:
+            if self.records.get(txn_id) != expected:
+                return False
+            slot = self.next_slot
+            payload = json.dumps({"v": VERSION, "slot": slot, "token": new_token(),
+                                  "record": new.to_json()}, separators=(",", ":")).encode()
+            if self.store.put_if_absent(self._entry_key(slot), payload):
+                self.records[txn_id] = new
+                self.next_slot = slot + 1
+                if self.next_slot % CHECKPOINT_INTERVAL == 0:
+                    self._checkpoint()
+                return True
+            self.refresh()
+
+    def update(self, txn_id: str, decide: Callable[[TxnRecord | None], TxnRecord | None],
+               attempts: int = 1000) -> TxnRecord | None:
+        """Read-decide-write loop: ``decide`` maps the current record to the new one (or
+        None for no change, or raises).  Re-runs ``decide`` whenever a race is lost."""
+        from txlog.errors import ConcurrentTransactionsError
+
+        for _ in range(attempts):
+            self.refresh()
+            cur = self.records.get(txn_id)
+            new = decide(cur)
+            if new is None or new == cur:
+                return cur
+            if self.compare_and_set(txn_id, cur, new):
+                return new
+        raise ConcurrentTransactionsError(
+            f"transactional.id {txn_id!r}: the state log kept changing; retry later"
+        )
+
+    def _checkpoint(self) -> None:
+        try:
+            body = json.dumps({"v": VERSION, "next_slot": self.next_slot,
+                               "records": {k: r.to_json() for k, r in self.records.items()}},
+                              separators=(",", ":")).encode()
+            key = self._ckpt_key(self.next_slot)
+            self.store.put(key, body)
+            for old in self.store.list(f"{self.prefix}checkpoints/")[:-2]:
+                if old < key:
+                    self.store.delete(old)
+        except Exception as exc:
+            log.warning("state-log checkpoint failed (retried at the next interval): %s", exc)
+
+
+class StateLog:
+    """All partitions of the state log for one root."""
+
+    def __init__(self, store: ObjectStore, partitions: int = DEFAULT_STATE_PARTITIONS) -> None:
+        self.store = store
+        self.num_partitions = partitions
+        self._parts: dict[int, StateLogPartition] = {}
+
+    def partition_for(self, txn_id: str) -> StateLogPartition:
+        p = state_partition_for(txn_id, self.num_partitions)
+        part = self._parts.get(p)
+        if part is None:
+            part = self._parts[p] = StateLogPartition(self.store, p)
+        return part
+
+    def all_records(self) -> list[TxnRecord]:
+        out: list[TxnRecord] = []
+        for p in range(self.num_partitions):
+            part = self._parts.get(p) or self._parts.setdefault(p, StateLogPartition(self.store, p))
+            part.refresh()
+            out.extend(part.records.values())
+        return out

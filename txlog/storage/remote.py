@@ -1,0 +1,470 @@
+"""Remote object stores (S3, GCS, Azure Blob) on their fsspec filesystems.
+
+The one atomic primitive, :meth:`RemoteStore.put_if_absent`, is a conditional create:
+``fs.pipe_file(path, data, mode="create")``, which s3fs sends as ``If-None-Match: *``,
+gcsfs as ``ifGenerationMatch=0`` and adlfs as ``If-None-Match: *``.  There is never a
+fallback to exists-then-write.
+
+Outcomes of a conditional create and how they are settled:
+
+* success: we created the object.
+* "already exists" (``FileExistsError``; or, on SeaweedFS and other S3-compatible servers
+  that answer 412 without a ``Condition`` element, s3fs's ``OSError(EINVAL, 'At least
+  one of the pre-conditions you specified did not hold')``): *ambiguous*, because the
+  client libraries retry a timed-out request on their own, and the retry is answered
+  "already exists" when the first attempt had won.  Settled by reading the object back
+  and comparing its bytes with ours.
+* 409 ``ConditionalRequestConflict`` (a concurrent conditional write to the same key was
+  in flight): our write was not applied; back off and retry.
+* timeouts, dropped connections, 5xx: *ambiguous*, the request may or may not have been
+  applied.  Settled by reading back: our bytes mean we won, other bytes mean we lost, no
+  object means nothing landed, so the create is retried (a delayed duplicate of ours that
+  lands later is itself conditional, so retrying is safe).
+
+Settling by read-back needs every writer's payload for a key to be unique (txlog embeds a
+writer token in every claimed object): two writers racing with identical bytes would both
+be told they won.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import random
+import time
+import uuid
+from typing import Any
+from urllib.parse import urlparse
+
+from txlog.errors import (
+    AtomicCreateUnsupportedError,
+    ConfigError,
+    ObjectNotFoundError,
+    StorageError,
+)
+from txlog.storage.base import ObjectStore, check_key
+
+#: fsspec protocol for each backend.
+_PROTOCOLS = {"s3": "s3", "gcs": "gcs", "azure": "abfs"}
+_INSTALL_HINT = {"s3": "s3fs", "gcs": "gcsfs", "azure": "adlfs"}
+
+# Outcome classes of a failed conditional create.
+_LOST = "lost"            # the server says an object exists (maybe ours, from a retry)
+_CONFLICT = "conflict"    # 409: concurrent conditional write in flight; ours not applied
+_AMBIGUOUS = "ambiguous"  # may or may not have been applied
+_UNSUPPORTED = "unsupported"
+_FATAL = "fatal"
+
+
+def _client_error_info(exc: BaseException) -> tuple[str, int | None]:
+    """(error code, HTTP status) of the botocore ClientError behind ``exc``, if any."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        response = getattr(cur, "response", None)
+        if isinstance(response, dict):
+            code = str(response.get("Error", {}).get("Code", "") or "")
+            status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            return code, int(status) if status is not None else None
+        # azure.core HttpResponseError and gcsfs HttpError carry a status directly.
+        for attr in ("status_code", "status", "code"):
+            value = getattr(cur, attr, None)
+            if isinstance(value, int) and 100 <= value < 600:
+                return "", value
+        cur = cur.__cause__ or cur.__context__
+    return "", None
+
+
+def _is_network_error(exc: BaseException) -> bool:
+    if isinstance(exc, (TimeoutError, ConnectionError)):
+        return True
+    try:
+        from botocore.exceptions import HTTPClientError, ResponseParserError
+
+        if isinstance(exc, (HTTPClientError, ResponseParserError)):
+            return True
+    except ImportError:  # pragma: no cover - botocore comes with s3fs
+        pass
+    try:
+        import aiohttp
+
+        if isinstance(exc, aiohttp.ClientError):
+            return True
+    except ImportError:  # pragma: no cover
+        pass
+    try:
+        from fsspec.exceptions import FSTimeoutError
+
+        if isinstance(exc, FSTimeoutError):
+            return True
+    except ImportError:  # pragma: no cover
+        pass
+    return False
+
+
+def classify_create_error(exc: BaseException) -> str:
+    """How a failed conditional create is settled (see the module docstring)."""
+    if isinstance(exc, FileExistsError):
+        return _LOST
+    code, status = _client_error_info(exc)
+    if code == "PreconditionFailed" or status == 412:
+        return _LOST
+    if code == "ConditionalRequestConflict" or status == 409:
+        return _CONFLICT
+    if code == "NotImplemented" or status == 501:
+        return _UNSUPPORTED
+    if code in ("InternalError", "SlowDown", "ServiceUnavailable", "RequestTimeout") or (
+        status is not None and (status >= 500 or status == 408)
+    ):
+        return _AMBIGUOUS
+    if _is_network_error(exc):
+        return _AMBIGUOUS
+    if isinstance(exc, (PermissionError, FileNotFoundError, IsADirectoryError)):
+        return _FATAL
+    if isinstance(exc, OSError):
+        message = str(exc).lower().replace("-", "")
+        if exc.errno == errno.EINVAL and "precondition" in message:
+            return _LOST
+        if "conditionalrequestconflict" in message.replace(" ", ""):
+            return _CONFLICT
+        if exc.errno == errno.ENOSYS:
+            return _UNSUPPORTED
+        if status is not None and 400 <= status < 500:
+            return _FATAL
+        # Unknown I/O trouble: it may have been applied; settle by reading back.
+        return _AMBIGUOUS
+    return _FATAL
+
+
+class RemoteStore(ObjectStore):
+    """An object store on S3, GCS or Azure Blob, rooted at ``bucket/path`` from the URL.
+
+    ``storage_options`` go to the fsspec filesystem unchanged (for S3, e.g. ``key``,
+    ``secret``, ``client_kwargs={"endpoint_url": ...}``).  Picklable: only the url,
+    backend and options travel; the filesystem is rebuilt lazily in the receiving process.
+    """
+
+    #: Attempts of a conditional create before giving up (each ambiguous or 409 outcome
+    #: costs one), and the backoff between them (seconds, doubled each time, jittered).
+    retry_attempts = 10
+    retry_base_delay = 0.05
+    retry_max_delay = 2.0
+
+    def __init__(self, url: str, backend: str, storage_options: dict[str, Any]) -> None:
+        super().__init__(url)
+        if backend not in _PROTOCOLS:
+            raise AtomicCreateUnsupportedError(
+                f"backend {backend!r} (from {url!r}) is not a remote backend txlog supports; "
+                "use s3://, gs:// or abfs://"
+            )
+        self.backend = backend
+        self.storage_options = dict(storage_options)
+        parsed = urlparse(url)
+        self._scheme = parsed.scheme
+        netloc, path = parsed.netloc, parsed.path.strip("/")
+        bucket = netloc
+        options = dict(self.storage_options)
+        if backend == "azure" and "@" in netloc:
+            # abfs://container@account.dfs.core.windows.net/path
+            bucket, _, host = netloc.partition("@")
+            options.setdefault("account_name", host.split(".")[0])
+        if not bucket:
+            raise ConfigError(f"store URL {url!r} names no bucket/container")
+        self._url_prefix = f"{parsed.scheme}://{netloc}" + (f"/{path}" if path else "")
+        self.bucket = bucket
+        #: Key prefix inside the bucket ("" or "some/path/").
+        self.prefix = f"{path}/" if path else ""
+        self.root = f"{bucket}/{path}" if path else bucket
+        # Listings must always be fresh; never share an instance (or its event-loop-bound
+        # session) with another store, thread pool or forked process.
+        options.setdefault("use_listings_cache", False)
+        options["skip_instance_cache"] = True
+        self._fs_options = options
+        self._fs: Any = None
+        self._fs_pid: int | None = None
+        self._rng = random.Random()
+        try:
+            import fsspec
+
+            fsspec.get_filesystem_class(_PROTOCOLS[backend])
+        except (ImportError, ValueError) as exc:
+            raise StorageError(
+                f"the {backend} backend needs the {_INSTALL_HINT[backend]} package "
+                f"(pip install 'txlog[{backend}]'): {exc}"
+            ) from exc
+
+    # -- pickling: Spark ships stores to worker processes ------------------------------
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"url": self.url, "backend": self.backend,
+                "storage_options": self.storage_options}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["url"], state["backend"], state["storage_options"])  # type: ignore[misc]
+
+    # -- the filesystem ----------------------------------------------------------------
+
+    def fsspec(self) -> Any:
+        """The fsspec filesystem, built on first use (and again in a forked child)."""
+        if self._fs is None or self._fs_pid != os.getpid():
+            import fsspec
+
+            self._fs = fsspec.filesystem(_PROTOCOLS[self.backend], **self._fs_options)
+            self._fs_pid = os.getpid()
+        return self._fs
+
+    def fs_path(self, key: str) -> str:
+        return f"{self.root}/{check_key(key)}"
+
+    def full_path(self, key: str) -> str:
+        return f"{self._url_prefix}/{check_key(key)}"
+
+    def _where(self, key: str) -> str:
+        return f"{key!r} in {self.url}"
+
+    def _fail(self, op: str, key: str, exc: BaseException) -> StorageError:
+        return StorageError(f"{op} of {self._where(key)} failed: {exc!r}")
+
+    def _backoff(self, attempt: int) -> None:
+        delay = min(self.retry_max_delay, self.retry_base_delay * (2 ** (attempt - 1)))
+        time.sleep(delay * self._rng.uniform(0.5, 1.0))
+
+    # -- the one atomic primitive ------------------------------------------------------
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        """Conditional create, every doubtful outcome settled by reading back.
+
+        Returns True exactly when the object at ``key`` holds ``data`` because of this
+        call.  Callers must make ``data`` unique per writer (see the module docstring).
+        """
+        path = self.fs_path(key)
+        data = bytes(data)
+        fs = self.fsspec()
+        last: BaseException | None = None
+        for attempt in range(1, self.retry_attempts + 1):
+            self.counter.add("put_if_absent", len(data))
+            try:
+                fs.pipe_file(path, data, mode="create")
+            except Exception as exc:
+                last = exc
+                kind = classify_create_error(exc)
+            else:
+                return True
+            if kind == _UNSUPPORTED:
+                raise AtomicCreateUnsupportedError(
+                    f"backend {self.backend!r} at {self.url} refused a conditional create "
+                    f"(If-None-Match / ifGenerationMatch): {last!r}; txlog needs an atomic "
+                    "create-if-absent and will not fall back to check-then-write"
+                ) from last
+            if kind == _FATAL:
+                raise self._fail("conditional create", key, last) from last
+            if kind == _CONFLICT:
+                self._backoff(attempt)
+                continue
+            current = self._read_back(key, path)
+            if current is not None:
+                return current == data
+            if kind == _LOST:
+                # The server saw an object there, and it has gone since: not ours.
+                return False
+            # Ambiguous and nothing there: our request did not land (yet).  A late
+            # duplicate is conditional too, so a retry cannot clobber anything.
+            self._backoff(attempt)
+        raise StorageError(
+            f"could not settle a conditional create of {self._where(key)} after "
+            f"{self.retry_attempts} attempts; last error: {last!r}"
+        ) from last
+
+    def _read_back(self, key: str, path: str) -> bytes | None:
+        """The object's bytes, or None if absent; retries transient read errors."""
+        fs = self.fsspec()
+        last: BaseException | None = None
+        for attempt in range(1, self.retry_attempts + 1):
+            try:
+                data: bytes = fs.cat_file(path)
+            except FileNotFoundError:
+                self.counter.add("get")
+                return None
+            except Exception as exc:
+                self.counter.add("get")
+                last = exc
+                if classify_create_error(exc) in (_FATAL, _UNSUPPORTED):
+                    break
+                self._backoff(attempt)
+                continue
+            self.counter.add("get", len(data))
+            return data
+        raise StorageError(
+            f"could not read back {self._where(key)} to settle a conditional create: "
+            f"{last!r}"
+        ) from last
+
+    # -- everything else needs no atomicity ------------------------------------------
+
+    def put(self, key: str, data: bytes) -> None:
+        path = self.fs_path(key)
+        self.counter.add("put", len(data))
+        try:
+            self.fsspec().pipe_file(path, bytes(data))
+        except Exception as exc:
+            raise self._fail("put", key, exc) from exc
+
+    def get(self, key: str) -> bytes:
+        path = self.fs_path(key)
+        try:
+            data: bytes = self.fsspec().cat_file(path)
+        except FileNotFoundError:
+            self.counter.add("get")
+            raise ObjectNotFoundError(f"object {self._where(key)} not found") from None
+        except Exception as exc:
+            self.counter.add("get")
+            raise self._fail("get", key, exc) from exc
+        self.counter.add("get", len(data))
+        return data
+
+    def get_range(self, key: str, start: int, end: int) -> bytes:
+        if start < 0 or end < 0:
+            raise ValueError(f"get_range needs non-negative offsets, got [{start}, {end})")
+        if end <= start:
+            # An inverted HTTP Range is ignored by servers (whole object back).
+            self.size(key)
+            return b""
+        path = self.fs_path(key)
+        try:
+            data: bytes = self.fsspec().cat_file(path, start=start, end=end)
+        except FileNotFoundError:
+            self.counter.add("get_range")
+            raise ObjectNotFoundError(f"object {self._where(key)} not found") from None
+        except OSError as exc:
+            self.counter.add("get_range")
+            _, status = _client_error_info(exc)
+            if status == 416 or "range is not satisfiable" in str(exc).lower():
+                self.size(key)  # raises if missing; else the range starts past the end
+                return b""
+            raise self._fail("ranged get", key, exc) from exc
+        self.counter.add("get_range", len(data))
+        return data
+
+    def size(self, key: str) -> int:
+        path = self.fs_path(key)
+        self.counter.add("head")
+        fs = self.fsspec()
+        try:
+            if self.backend == "s3":
+                # One HEAD; s3fs's info() would list the "directory" on a miss.
+                out = fs.call_s3("head_object", Bucket=self.bucket, Key=self.prefix + key)
+                return int(out["ContentLength"])
+            info = fs.info(path)
+        except FileNotFoundError:
+            raise ObjectNotFoundError(f"object {self._where(key)} not found") from None
+        except Exception as exc:
+            raise self._fail("size", key, exc) from exc
+        if info.get("type") != "file":
+            raise ObjectNotFoundError(f"object {self._where(key)} not found (a directory)")
+        return int(info["size"])
+
+    def delete(self, key: str) -> None:
+        path = self.fs_path(key)
+        self.counter.add("delete")
+        try:
+            self.fsspec().rm_file(path)
+        except FileNotFoundError:
+            pass
+        except Exception as exc:
+            raise self._fail("delete", key, exc) from exc
+
+    def list(self, prefix: str, start_after: str | None = None) -> list[str]:
+        if self.backend == "s3":
+            keys = self._list_s3(prefix, start_after)
+        else:
+            keys = self._list_find(prefix, start_after)
+        keys = [k for k in keys if _is_listable(k)]
+        keys.sort()
+        return keys
+
+    def _list_s3(self, prefix: str, start_after: str | None) -> list[str]:
+        """ListObjectsV2 with StartAfter: a tail listing skips history server-side."""
+        fs = self.fsspec()
+        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": self.prefix + prefix}
+        if start_after is not None:
+            kwargs["StartAfter"] = self.prefix + start_after
+        n = len(self.prefix)
+        out: list[str] = []
+        while True:
+            self.counter.add("list")
+            try:
+                page = fs.call_s3("list_objects_v2", **kwargs)
+            except Exception as exc:
+                raise self._fail("list", prefix, exc) from exc
+            for obj in page.get("Contents", ()):
+                k = obj["Key"][n:]
+                if start_after is None or k > start_after:
+                    out.append(k)
+            token = page.get("NextContinuationToken")
+            if not page.get("IsTruncated") or not token:
+                return out
+            kwargs.pop("StartAfter", None)
+            kwargs["ContinuationToken"] = token
+
+    def _list_find(self, prefix: str, start_after: str | None) -> list[str]:
+        fs = self.fsspec()
+        base_key = prefix.rpartition("/")[0]
+        base = f"{self.root}/{base_key}" if base_key else self.root
+        self.counter.add("list")
+        try:
+            found = fs.find(base)
+        except FileNotFoundError:
+            return []
+        except Exception as exc:
+            raise self._fail("list", prefix, exc) from exc
+        root = self.root + "/"
+        out = []
+        for p in found:
+            p = p.split("://", 1)[-1]
+            if not p.startswith(root):
+                continue
+            k = p[len(root):]
+            if k.startswith(prefix) and (start_after is None or k > start_after):
+                out.append(k)
+        return out
+
+    # -- configuration check ---------------------------------------------------------
+
+    def probe_atomic_create(self) -> None:
+        """Create a probe object twice; refuse a server where the second create also wins.
+
+        Some S3-compatible servers silently ignore ``If-None-Match``; on those every
+        writer would "win" and txlog's guarantees would be void.
+        """
+        key = f"_probe/{uuid.uuid4().hex}"
+        first = f"txlog atomic-create probe {key} writer 1".encode()
+        second = f"txlog atomic-create probe {key} writer 2".encode()
+        try:
+            if not self.put_if_absent(key, first):
+                raise AtomicCreateUnsupportedError(
+                    f"backend {self.backend!r} at {self.url}: a conditional create of the "
+                    f"fresh probe key {key!r} did not succeed"
+                )
+            if self.put_if_absent(key, second):
+                raise AtomicCreateUnsupportedError(
+                    f"backend {self.backend!r} at {self.url} ignores conditional creates "
+                    "(If-None-Match: *): a second create of the same key also succeeded. "
+                    "txlog needs an atomic create-if-absent; use a server that supports it"
+                )
+        finally:
+            try:
+                self.delete(key)
+            except StorageError:
+                pass
+
+
+def _is_listable(key: str) -> bool:
+    """Skip directory markers and keys txlog could never have written."""
+    if not key or key.endswith("/"):
+        return False
+    try:
+        check_key(key)
+    except ValueError:
+        return False
+    return True

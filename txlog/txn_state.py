@@ -1,0 +1,130 @@
+"""The transaction coordinator's state machine, pure: states, valid previous states, and
+transitions as values (records).  No I/O: the coordinator persists each new record in the
+state log before it takes effect.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from txlog.errors import CorruptObjectError, InvalidTxnStateError, UnsupportedFormatError
+
+EMPTY = "Empty"
+ONGOING = "Ongoing"
+PREPARE_COMMIT = "PrepareCommit"
+PREPARE_ABORT = "PrepareAbort"
+COMPLETE_COMMIT = "CompleteCommit"
+COMPLETE_ABORT = "CompleteAbort"
+DEAD = "Dead"
+PREPARE_EPOCH_FENCE = "PrepareEpochFence"
+
+# Kafka's TransactionState.validPreviousStates.
+VALID_PREVIOUS: dict[str, frozenset[str]] = {
+    EMPTY: frozenset({EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT}),
+    ONGOING: frozenset({ONGOING, EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT}),
+    PREPARE_COMMIT: frozenset({ONGOING}),
+    PREPARE_ABORT: frozenset({ONGOING, PREPARE_EPOCH_FENCE}),
+    COMPLETE_COMMIT: frozenset({PREPARE_COMMIT}),
+    COMPLETE_ABORT: frozenset({PREPARE_ABORT}),
+    DEAD: frozenset({EMPTY, COMPLETE_ABORT, COMPLETE_COMMIT}),
+    PREPARE_EPOCH_FENCE: frozenset({ONGOING}),
+}
+STATES = frozenset(VALID_PREVIOUS)
+PREPARING = frozenset({PREPARE_COMMIT, PREPARE_ABORT})
+COMPLETE = frozenset({EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT})
+
+MAX_EPOCH = 32_766  # Kafka's epochs are shorts; the last one is reserved
+RECORD_VERSION = 1
+
+
+@dataclass(frozen=True)
+class TxnRecord:
+    """The coordinator's view of one transactional.id (Kafka's TransactionMetadata).
+
+    ``epoch`` is the producer's current epoch.  In Ongoing and Prepare* states it names the
+    open transaction, whose markers carry (producer_id, epoch).  Every transaction end
+    persists Complete* with the epoch bumped, so late writes of the ended transaction can
+    never join the next one (KIP-890).
+    """
+
+    txn_id: str
+    producer_id: int
+    epoch: int
+    state: str
+    timeout_ms: int
+    partitions: tuple[tuple[str, int], ...] = ()
+    txn_start_ms: int = 0
+    last_update_ms: int = 0
+    # The (producer id, epoch) the previous transaction ended with, for retried EndTxn.
+    prev_producer_id: int = -1
+    prev_epoch: int = -1
+    # Why the last transaction was aborted: "client", "timeout" or "fenced".
+    abort_reason: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def transition(self, state: str, **changes: Any) -> TxnRecord:
+        if state not in STATES:
+            raise InvalidTxnStateError(f"unknown transaction state {state!r}")
+        if self.state not in VALID_PREVIOUS[state]:
+            raise InvalidTxnStateError(
+                f"transaction {self.txn_id!r} cannot go from {self.state} to {state}"
+            )
+        return replace(self, state=state, **changes)
+
+    def expired(self, now_ms: int) -> bool:
+        return self.state == ONGOING and now_ms > self.txn_start_ms + self.timeout_ms
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["partitions"] = [list(p) for p in self.partitions]
+        d["v"] = RECORD_VERSION
+        return d
+
+    @staticmethod
+    def from_json(d: dict[str, Any], where: str) -> TxnRecord:
+        v = d.get("v")
+        if not isinstance(v, int):
+            raise CorruptObjectError(f"transaction record in {where} has no format version")
+        if v > RECORD_VERSION:
+            raise UnsupportedFormatError(
+                f"transaction record in {where} has version {v}, newer than this txlog reads; "
+                "upgrade txlog"
+            )
+        try:
+            rec = TxnRecord(
+                txn_id=str(d["txn_id"]), producer_id=int(d["producer_id"]),
+                epoch=int(d["epoch"]), state=str(d["state"]), timeout_ms=int(d["timeout_ms"]),
+                partitions=tuple((str(t), int(p)) for t, p in d["partitions"]),
+                txn_start_ms=int(d["txn_start_ms"]), last_update_ms=int(d["last_update_ms"]),
+                prev_producer_id=int(d.get("prev_producer_id", -1)),
+                prev_epoch=int(d.get("prev_epoch", -1)),
+                abort_reason=str(d.get("abort_reason", "")),
+                extra=dict(d.get("extra") or {}),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CorruptObjectError(f"transaction record in {where} is invalid: {exc}") from None
+        if rec.state not in STATES:
+            raise CorruptObjectError(f"transaction record in {where} has state {rec.state!r}")
+        return rec
+
+
+def bump_epoch(rec: TxnRecord, new_producer_id: int | None) -> tuple[int, int]:
+    """The (producer id, epoch) after a bump; rotates the producer id on exhaustion.
+
+    ``new_producer_id`` is a fresh id the caller allocated in case the epoch is exhausted.
+    """
+    if rec.epoch + 1 > MAX_EPOCH:
+        if new_producer_id is None:
+            raise InvalidTxnStateError("epoch exhausted and no new producer id given")
+        return new_producer_id, 0
+    return rec.producer_id, rec.epoch + 1
+
+
+def needs_new_producer_id(rec: TxnRecord, bumps: int = 1) -> bool:
+    return rec.epoch + bumps > MAX_EPOCH
+
+
+def encode_records(records: list[dict[str, Any]]) -> bytes:
+    return json.dumps(records, separators=(",", ":"), sort_keys=True).encode()
