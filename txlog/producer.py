@@ -161,6 +161,27 @@ class Producer:
         with self._lock:
             self._guard(lambda: self._append_now(tp, table))
 
+    def send_staged(self, tp: TopicPartition, data_key: str, num_rows: int, nbytes: int,
+                    ts_min: int = 0, ts_max: int = 0) -> int:
+        """Append an already-written batch object (e.g. a Spark task's staged Parquet file)
+        to ``tp`` without copying it; returns its base offset.  The object must match the
+        topic's schema; the caller checked it when it wrote the file."""
+        if self.transactional_id is not None:
+            self._check_state(State.IN_TRANSACTION, "send_staged()")
+        tp = TopicPartition(*tp)
+        self.log.partition_log(tp)  # validates topic and partition
+        with self._lock:
+            return int(self._guard(lambda: self._append_object(
+                tp, data_key, num_rows, nbytes, ts_min, ts_max)))
+
+    def send_app_version(self, app_id: str, version: int) -> None:
+        """Record, inside this transaction, that ``app_id`` committed ``version`` (Delta's
+        txnAppId/txnVersion): visible through committed_app_version() once it commits."""
+        from txlog.app_versions import app_version_offsets
+
+        group, offsets = app_version_offsets(app_id, version)
+        self.send_offsets_to_transaction(offsets, group)
+
     def commit_transaction(self) -> None:
         self._require_txn()
         if self.state == State.ABORTABLE_ERROR:
@@ -320,19 +341,26 @@ class Producer:
     def _append_now(self, tp: TopicPartition, table: pa.Table) -> int:
         """Write the batch object, then claim the partition's next slot for it."""
         self._register([tp])
-        plog = self.log.partition_log(tp)
-        key, nbytes = plog.write_data(table)
-        seq = self._seq.get(tp, 0) if self.idempotent else -1
+        key, nbytes = self.log.partition_log(tp).write_data(table)
         ts_min, ts_max = _ts_range(table)
+        return self._append_object(tp, key, table.num_rows, nbytes, ts_min, ts_max)
+
+    def _append_object(self, tp: TopicPartition, key: str, num_rows: int, nbytes: int,
+                       ts_min: int, ts_max: int) -> int:
+        """Register ``tp`` with the transaction (before the first write to it), then claim
+        the partition's next slot for the batch object ``key``."""
+        self._register([tp])
+        plog = self.log.partition_log(tp)
+        seq = self._seq.get(tp, 0) if self.idempotent else -1
+        if not ts_min and not ts_max:
+            ts_min = ts_max = now_ms()
         res = plog.append(AppendSpec(
-            kind=DATA, count=table.num_rows, producer_id=self.producer_id, epoch=self.epoch,
+            kind=DATA, count=num_rows, producer_id=self.producer_id, epoch=self.epoch,
             base_sequence=seq, transactional=self.transactional_id is not None,
             txn_id=self.transactional_id, data=key, nbytes=nbytes, ts_min=ts_min,
             ts_max=ts_max))
         if self.idempotent:
-            self._seq[tp] = seq + table.num_rows
-        if res.duplicate:
-            plog.store.delete(key)  # our retry: the first copy is in the log
+            self._seq[tp] = seq + num_rows
         return res.base_offset
 
     # -- state checks ------------------------------------------------------------------------
