@@ -35,6 +35,7 @@ _SCHEMA = pa.schema([
     ("ts_max", pa.int64()),
     ("append_ms", pa.int64()),
     ("txn_id", pa.string()),
+    ("row", pa.int64()),
 ])
 
 
@@ -46,7 +47,7 @@ def encode_checkpoint(state: PartitionState) -> bytes:
         "high_watermark": state.high_watermark,
         "log_start_offset": state.log_start_offset,
         "last_append_ms": state.last_append_ms,
-        "dropped_batches": state.dropped_batches,
+        "pending_deletes": [[d, k] for d, k in state.pending_deletes],
         "open_txns": [[t.producer_id, t.epoch, t.first_offset, t.txn_id, t.batches,
                        t.first_append_ms] for t in state.open_txns.values()],
         "fence_epoch": [[pid, e] for pid, e in state.fence_epoch.items()],
@@ -88,8 +89,8 @@ def decode_checkpoint(raw: bytes, where: str) -> PartitionState:
             high_watermark=int(meta["high_watermark"]),
             log_start_offset=int(meta["log_start_offset"]),
             last_append_ms=int(meta["last_append_ms"]),
-            dropped_batches=int(meta["dropped_batches"]),
         )
+        st.pending_deletes = [(int(d), str(k)) for d, k in meta["pending_deletes"]]
         cols = BatchColumns()
         for name in _SCHEMA.names:
             setattr(cols, name, table.column(name).to_pylist())

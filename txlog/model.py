@@ -21,7 +21,9 @@ DATA = "data"
 COMMIT = "commit"
 ABORT = "abort"
 RETENTION = "retention"  # advances the log start offset
-KINDS = frozenset({DATA, COMMIT, ABORT, RETENTION})
+COMPACT = "compact"  # replaces a range of batches by runs of one merged segment
+PURGE = "purge"  # records that objects pending deletion were deleted
+KINDS = frozenset({DATA, COMMIT, ABORT, RETENTION, COMPACT, PURGE})
 CONTROL_KINDS = frozenset({COMMIT, ABORT})
 
 NO_PRODUCER = -1
@@ -50,6 +52,7 @@ class Entry:
     ts_max: int = 0
     append_ms: int = 0
     log_start_offset: int | None = None  # RETENTION only
+    extra: dict[str, Any] | None = None  # kind-specific payload (COMPACT, PURGE, RETENTION)
     token: str = field(default_factory=new_token)
 
     @property
@@ -101,6 +104,20 @@ def decode_entry(raw: bytes, where: str) -> Entry:
         or e.count < 0
         or e.base_offset < 0
         or (e.kind == DATA and not isinstance(e.data, str))
+        or (e.extra is not None and not isinstance(e.extra, dict))
+        or (e.kind == COMPACT and not _valid_compaction(e.extra))
     ):
         raise CorruptObjectError(f"log entry {where} has invalid field values")
     return e
+
+
+def _valid_compaction(x: Any) -> bool:
+    if not isinstance(x, dict):
+        return False
+    try:
+        return (isinstance(x["segment"], str) and isinstance(x["replaces"], list)
+                and all(isinstance(r, list) and len(r) == 9
+                        and all(isinstance(v, int) for v in r) for r in x["runs"])
+                and int(x["start"]) <= int(x["end"]))
+    except (KeyError, TypeError, ValueError):
+        return False

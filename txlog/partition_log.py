@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -52,6 +53,7 @@ class AppendSpec:
     ts_min: int = 0
     ts_max: int = 0
     log_start_offset: int | None = None
+    extra: dict[str, Any] | None = None
 
 
 def _parallel(store: ObjectStore) -> bool:
@@ -157,6 +159,7 @@ class PartitionLog:
                 base_sequence=spec.base_sequence, transactional=spec.transactional,
                 txn_id=spec.txn_id, data=spec.data, nbytes=spec.nbytes, ts_min=spec.ts_min,
                 ts_max=spec.ts_max, append_ms=now_ms(), log_start_offset=spec.log_start_offset,
+                extra=spec.extra,
             )
             key = layout.entry_key(self.topic, self.partition, entry.slot)
             if self.store.put_if_absent(key, entry.encode()):
@@ -190,22 +193,32 @@ class PartitionLog:
 
     def read_spans(self, spans: Sequence[ReadSpan], columns: Sequence[str] | None = None,
                    ) -> list[pa.Table]:
-        """The rows of each span, trimmed to its offsets, in order."""
-        if _parallel(self.store) and len(spans) > 1:
-            with ThreadPoolExecutor(max_workers=min(16, len(spans))) as ex:
-                return list(ex.map(lambda s: self.read_span(s, columns), spans))
-        return [self.read_span(s, columns) for s in spans]
+        """The rows of each span, trimmed to its offsets, in order.  Each object is read
+        once even when several spans (runs of a compacted segment) point into it."""
+        keys = list(dict.fromkeys(s.data for s in spans))
+        if _parallel(self.store) and len(keys) > 1:
+            with ThreadPoolExecutor(max_workers=min(16, len(keys))) as ex:
+                tables = dict(zip(keys, ex.map(lambda k: self._read_object(k, columns), keys),
+                                  strict=True))
+        else:
+            tables = {k: self._read_object(k, columns) for k in keys}
+        return [self._trim(tables[s.data], s) for s in spans]
 
     def read_span(self, span: ReadSpan, columns: Sequence[str] | None = None) -> pa.Table:
-        raw = self.store.get(span.data)
-        table = decode_parquet(raw, span.data, columns)
-        if table.num_rows != span.count:
+        return self._trim(self._read_object(span.data, columns), span)
+
+    def _read_object(self, key: str, columns: Sequence[str] | None) -> pa.Table:
+        return decode_parquet(self.store.get(key), key, columns)
+
+    @staticmethod
+    def _trim(table: pa.Table, span: ReadSpan) -> pa.Table:
+        if table.num_rows < span.row + span.count:
             raise CorruptObjectError(
                 f"batch object {span.data} holds {table.num_rows} rows but its log entry "
-                f"says {span.count}"
+                f"needs rows {span.row}..{span.row + span.count - 1}"
             )
-        if span.skip or span.take != span.count:
-            table = table.slice(span.skip, span.take)
+        if span.file_row or span.take != table.num_rows:
+            table = table.slice(span.file_row, span.take)
         return table
 
 

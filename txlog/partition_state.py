@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field
+from typing import Any
 
 from txlog.errors import (
     CorruptObjectError,
@@ -28,7 +29,7 @@ from txlog.errors import (
     OutOfOrderSequenceError,
     ProducerFencedError,
 )
-from txlog.model import ABORT, COMMIT, DATA, RETENTION, Entry
+from txlog.model import ABORT, COMMIT, COMPACT, DATA, PURGE, RETENTION, Entry
 
 # Batch statuses.
 PLAIN = 0  # non-transactional: visible once appended
@@ -54,7 +55,7 @@ class OpenTxn:
     epoch: int
     first_offset: int
     txn_id: str | None
-    batches: list[int] = field(default_factory=list)  # indices into the batch columns
+    batches: list[int] = field(default_factory=list)  # base offsets of its batches here
     first_append_ms: int = 0
 
 
@@ -79,10 +80,16 @@ class ReadSpan:
     status: int
     producer_id: int
     append_ms: int
+    row: int = 0  # the batch's first row in the object (non-zero inside compacted segments)
 
     @property
     def skip(self) -> int:
         return self.start - self.base_offset
+
+    @property
+    def file_row(self) -> int:
+        """Row index in the object of the span's first record."""
+        return self.row + self.start - self.base_offset
 
     @property
     def take(self) -> int:
@@ -100,7 +107,7 @@ class BatchColumns:
     """The data batches of a partition as parallel columns (cheap to checkpoint as Arrow)."""
 
     __slots__ = ("append_ms", "base_offset", "count", "data", "epoch", "nbytes", "producer_id",
-                 "status", "ts_max", "ts_min", "txn_id")
+                 "row", "status", "ts_max", "ts_min", "txn_id")
 
     def __init__(self) -> None:
         self.base_offset: list[int] = []
@@ -114,6 +121,7 @@ class BatchColumns:
         self.ts_max: list[int] = []
         self.append_ms: list[int] = []
         self.txn_id: list[str | None] = []
+        self.row: list[int] = []
 
     def __len__(self) -> int:
         return len(self.base_offset)
@@ -130,11 +138,24 @@ class BatchColumns:
         self.ts_max.append(e.ts_max)
         self.append_ms.append(e.append_ms)
         self.txn_id.append(e.txn_id)
+        self.row.append(0)
         return len(self.base_offset) - 1
 
     def drop_before(self, n: int) -> None:
         for name in self.__slots__:
             del getattr(self, name)[:n]
+
+    def replace(self, i: int, j: int, rows: list[dict[str, Any]]) -> None:
+        """Replace batches [i, j) with ``rows`` (dicts of column values)."""
+        for name in self.__slots__:
+            getattr(self, name)[i:j] = [r[name] for r in rows]
+
+    def index_of(self, offset: int) -> int:
+        """Index of the batch starting at ``offset`` (which must exist)."""
+        i = bisect.bisect_left(self.base_offset, offset)
+        if i == len(self.base_offset) or self.base_offset[i] != offset:
+            raise KeyError(offset)
+        return i
 
 
 @dataclass
@@ -148,8 +169,9 @@ class PartitionState:
     producers: dict[int, ProducerState] = field(default_factory=dict)
     aborted: list[AbortedTxn] = field(default_factory=list)
     last_append_ms: int = 0
-    # Count of batches dropped from ``batches`` by retention (their index base).
-    dropped_batches: int = 0
+    # Objects no longer referenced (after retention or compaction): (due_ms, key); deleted
+    # once due, so readers holding older plans can finish first.
+    pending_deletes: list[tuple[int, str]] = field(default_factory=list)
 
     # -- replay ------------------------------------------------------------------------
 
@@ -170,11 +192,46 @@ class PartitionState:
             self._apply_marker(e)
         elif e.kind == RETENTION:
             if e.log_start_offset is not None:
-                self.log_start_offset = max(self.log_start_offset,
-                                            min(e.log_start_offset, self.high_watermark))
+                self._apply_retention(e)
+        elif e.kind == COMPACT:
+            self._apply_compaction(e)
+        elif e.kind == PURGE:
+            until = int((e.extra or {}).get("purged_until_ms", 0))
+            self.pending_deletes = [(d, k) for d, k in self.pending_deletes if d > until]
         self.high_watermark += e.count
         self.next_slot += 1
         self.last_append_ms = max(self.last_append_ms, e.append_ms)
+
+    def _apply_retention(self, e: Entry) -> None:
+        assert e.log_start_offset is not None
+        new_start = min(e.log_start_offset, self.last_stable_offset)
+        if new_start <= self.log_start_offset:
+            return
+        self.log_start_offset = new_start
+        due = e.append_ms + int((e.extra or {}).get("delete_delay_ms", 0))
+        self.pending_deletes.extend((due, k) for k in self.drop_batches_below(new_start))
+
+    def _apply_compaction(self, e: Entry) -> None:
+        """Replace the batches of [start, end) by runs of one segment object, if the range
+        still holds exactly the objects the compactor planned from (else a no-op)."""
+        x = e.extra or {}
+        start, end = int(x["start"]), int(x["end"])
+        b = self.batches
+        i = bisect.bisect_left(b.base_offset, start)
+        j = bisect.bisect_left(b.base_offset, end)
+        if end > self.last_stable_offset or list(dict.fromkeys(b.data[i:j])) != x["replaces"]:
+            return  # raced with retention or another compaction: keep what is there
+        if any(st not in (PLAIN, COMMITTED, ABORTED, FENCED) for st in b.status[i:j]):
+            return
+        seg = str(x["segment"])
+        rows = [{"base_offset": r[0], "count": r[1], "row": r[2], "append_ms": r[3],
+                 "producer_id": r[4], "status": r[5], "epoch": r[6], "ts_min": r[7],
+                 "ts_max": r[8], "data": seg, "nbytes": int(x["nbytes"]) if n == 0 else 0,
+                 "txn_id": None} for n, r in enumerate(x["runs"])]
+        old = set(b.data[i:j])
+        b.replace(i, j, rows)
+        due = e.append_ms + int(x.get("delete_delay_ms", 0))
+        self.pending_deletes.extend((due, k) for k in sorted(old) if k)
 
     def _apply_data(self, e: Entry) -> None:
         pid = e.producer_id
@@ -187,14 +244,14 @@ class PartitionState:
             # A newer epoch from pid means any older open epoch of pid is over.
             for key in [k for k in self.open_txns if k[0] == pid and k[1] < e.epoch]:
                 self._close(key, FENCED, e.base_offset)
-        idx = self.batches.add(e, status)
+        self.batches.add(e, status)
         if status == OPEN:
             key = (pid, e.epoch)
             txn = self.open_txns.get(key)
             if txn is None:
                 txn = OpenTxn(pid, e.epoch, e.base_offset, e.txn_id, first_append_ms=e.append_ms)
                 self.open_txns[key] = txn
-            txn.batches.append(idx + self.dropped_batches)
+            txn.batches.append(e.base_offset)
         if e.base_sequence >= 0 and pid >= 0:
             self._record_sequence(e)
 
@@ -221,10 +278,11 @@ class PartitionState:
 
     def _close(self, key: tuple[int, int], status: int, marker_offset: int) -> None:
         txn = self.open_txns.pop(key)
-        base = self.dropped_batches
-        for i in txn.batches:
-            if i >= base:
-                self.batches.status[i - base] = status
+        for off in txn.batches:
+            try:
+                self.batches.status[self.batches.index_of(off)] = status
+            except KeyError:
+                pass  # already dropped by retention
         if status == ABORTED:
             self.aborted.append(AbortedTxn(txn.producer_id, txn.first_offset, marker_offset))
 
@@ -331,19 +389,20 @@ class PartitionState:
             lo = max(base, start)
             if lo < stop:
                 spans.append(ReadSpan(b.data[i], base, b.count[i], lo, stop, status,
-                                      b.producer_id[i], b.append_ms[i]))
+                                      b.producer_id[i], b.append_ms[i], b.row[i]))
         return spans, limit
 
     def drop_batches_below(self, offset: int) -> int:
-        """Forget batches wholly below ``offset`` (after retention); returns how many."""
+        """Forget batches wholly below ``offset``; returns their objects no longer used."""
         b = self.batches
         n = 0
         while n < len(b) and b.base_offset[n] + b.count[n] <= offset:
             n += 1
+        dropped = set(b.data[:n])
         if n:
             b.drop_before(n)
-            self.dropped_batches += n
-        return n
+        still = set(b.data[: min(len(b), 64)])  # a segment's later runs sit right after
+        return sorted(k for k in dropped if k and k not in still)
 
     def visible_batch_count(self) -> int:
         return sum(1 for s in self.batches.status if s in VISIBLE)

@@ -386,9 +386,16 @@ class RemoteStore(ObjectStore):
     def _list_s3(self, prefix: str, start_after: str | None) -> list[str]:
         """ListObjectsV2 with StartAfter: a tail listing skips history server-side."""
         fs = self.fsspec()
-        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": self.prefix + prefix}
+        full_prefix = self.prefix + prefix
+        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": full_prefix}
         if start_after is not None:
-            kwargs["StartAfter"] = self.prefix + start_after
+            full_after = self.prefix + start_after
+            if not full_after.startswith(full_prefix) and full_after > full_prefix:
+                self.counter.add("list")  # nothing under the prefix sorts after it
+                return []
+            server_after = server_start_after(full_prefix, full_after)
+            if server_after:
+                kwargs["StartAfter"] = server_after
         n = len(self.prefix)
         out: list[str] = []
         while True:
@@ -457,6 +464,36 @@ class RemoteStore(ObjectStore):
                 self.delete(key)
             except StorageError:
                 pass
+
+
+def server_start_after(prefix: str, start_after: str) -> str | None:
+    """A StartAfter for ListObjectsV2 that filer-backed S3 servers also honour exactly.
+
+    SeaweedFS stores objects in a directory tree and resumes a listing "after entry name
+    X" in each directory, comparing a directory by its bare name ``d`` rather than as
+    ``d/``.  So a StartAfter equal to a directory's path (``log/000000``), or one in
+    which such a name is followed by a character sorting below ``/`` (``log-x`` when
+    ``log/`` exists), silently skips that whole directory.  This returns a bound at or
+    before ``start_after`` that cannot trigger it: the path is cut within the first
+    component holding a character below ``/`` (or within the last component), one
+    character before that point.  The caller filters ``key > start_after`` itself; the
+    cost is a few extra entries (``.../00000000123`` for ``.../000000001234.json``).
+    Returns None when no bound is needed.
+    """
+    base = prefix[: prefix.rfind("/") + 1]  # the deepest directory the prefix names
+    if not start_after.startswith(base):
+        # Either every key under the prefix sorts after start_after (no bound needed) or
+        # none does (the caller checks that case).
+        return None
+    parts = start_after[len(base):].split("/")
+    for i, part in enumerate(parts):
+        below = next((j for j, ch in enumerate(part) if ch < "/"), None)
+        if below is None and i < len(parts) - 1:
+            continue  # a plain directory component: safe to resume inside it
+        cut = len(part) if below is None else below
+        bound = base + "".join(p + "/" for p in parts[:i]) + part[: max(cut - 1, 0)]
+        return bound or None
+    return None  # pragma: no cover - the loop always returns at the last part
 
 
 def _is_listable(key: str) -> bool:
