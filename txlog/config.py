@@ -35,6 +35,9 @@ DEFAULTS: dict[str, tuple[Any, type, str]] = {
     "segment.bytes": (134_217_728, int, "compaction: target size of a merged segment"),
     "max.poll.records": (500, int, "consumer: default records per poll"),
 }
+# TXLOG_* variables that are not configuration keys.
+NON_CONFIG_ENV = frozenset({"TXLOG_CONF", "TXLOG_ROOT", "TXLOG_STORAGE_OPTIONS",
+                            "TXLOG_CRASH_AT"})
 TOPIC_KEYS = frozenset({"retention.ms", "retention.bytes", "segment.bytes",
                         "checkpoint.interval.batches", "file.delete.delay.ms"})
 
@@ -87,7 +90,7 @@ def load_config(explicit: Mapping[str, Any] | None = None,
             cfg[k] = _coerce(k, v)
     by_env = {k.replace(".", "_").upper(): k for k in DEFAULTS}
     for name, value in env.items():
-        if name.startswith("TXLOG_") and name != "TXLOG_CONF":
+        if name.startswith("TXLOG_") and name not in NON_CONFIG_ENV:
             key = by_env.get(name[len("TXLOG_"):])
             if key is None:
                 raise ConfigError(f"unknown configuration variable {name}")

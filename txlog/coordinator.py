@@ -13,6 +13,7 @@ import logging
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from txlog.crashpoints import crashpoint
 from txlog.errors import (
     InvalidTxnStateError,
     ProducerFencedError,
@@ -120,6 +121,7 @@ class Coordinator:
                 raise InvalidTxnStateError(
                     f"transactional.id {txn_id!r} is {cur.state}; call init_transactions()")
             if part.compare_and_set(txn_id, cur, new):
+                crashpoint("after_add_partitions")
                 return
 
     # -- EndTxn ------------------------------------------------------------------------
@@ -167,8 +169,11 @@ class Coordinator:
     def _complete(self, prep: TxnRecord) -> tuple[int, int]:
         """Write markers to every registered partition, then persist Complete*."""
         commit = prep.state == PREPARE_COMMIT
+        crashpoint("after_prepare")
         for topic, p in prep.partitions:
             self.write_marker(TopicPartition(topic, p), prep.producer_id, prep.epoch, commit)
+            crashpoint("after_marker")
+        crashpoint("before_complete")
         part = self.state_log.partition_for(prep.txn_id)
         pid, epoch = bump_epoch(prep, self._fresh_pid_if(needs_new_producer_id(prep)))
         done = prep.transition(COMPLETE_COMMIT if commit else COMPLETE_ABORT,
@@ -240,9 +245,9 @@ class Coordinator:
         """Maintenance: roll forward every Prepare*, abort every expired transaction."""
         acted = []
         for rec in self.state_log.all_records():
-            if rec.state in PREPARING or rec.expired(now_ms()):
-                if self.abort_if_expired(rec.txn_id):
-                    acted.append(rec.txn_id)
+            if (rec.state in PREPARING or rec.expired(now_ms())) \
+                    and self.abort_if_expired(rec.txn_id):
+                acted.append(rec.txn_id)
         return acted
 
     # -- helpers ---------------------------------------------------------------------------

@@ -392,7 +392,7 @@ class PartitionState:
                                       b.producer_id[i], b.append_ms[i], b.row[i]))
         return spans, limit
 
-    def drop_batches_below(self, offset: int) -> int:
+    def drop_batches_below(self, offset: int) -> list[str]:
         """Forget batches wholly below ``offset``; returns their objects no longer used."""
         b = self.batches
         n = 0

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from txlog.config import normalize_key
+from txlog.crashpoints import crashpoint
 from txlog.errors import (
     ConfigError,
     InvalidTxnStateError,
@@ -28,7 +29,7 @@ from txlog.errors import (
     TxlogError,
 )
 from txlog.model import DATA
-from txlog.names import CONSUMER_OFFSETS_TOPIC, validate_id
+from txlog.names import validate_id
 from txlog.offsets import encode_offset_commits, offsets_partition
 from txlog.partition_log import AppendSpec
 from txlog.partitioner import RoundRobin, partition_for_key
@@ -361,6 +362,7 @@ class Producer:
             ts_max=ts_max))
         if self.idempotent:
             self._seq[tp] = seq + num_rows
+        crashpoint("after_data_append")
         return res.base_offset
 
     # -- state checks ------------------------------------------------------------------------

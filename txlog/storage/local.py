@@ -15,6 +15,7 @@ from txlog.errors import ObjectNotFoundError, StorageError
 from txlog.storage.base import ObjectStore, check_key
 
 _TMP_PREFIX = ".tmp-"
+_Keys = list[str]  # the class's list() method shadows the builtin inside its body
 
 
 class LocalStore(ObjectStore):
@@ -140,7 +141,7 @@ class LocalStore(ObjectStore):
 
     def _walk(
         self, directory: str, dir_key: str, name_prefix: str, start_after: str | None,
-        out: list[str],
+        out: _Keys,
     ) -> None:
         try:
             entries = list(os.scandir(directory))

@@ -1,0 +1,183 @@
+"""The partition log on a real store: dense offsets, racing appenders, checkpoints."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import sys
+
+import pyarrow as pa
+import pytest
+
+import txlog
+from txlog import TopicPartition
+from txlog.errors import InvalidNameError, SchemaMismatchError, TopicExistsError, UnknownTopicError
+from txlog.model import DATA
+from txlog.partition_log import AppendSpec, PartitionLog
+from txlog.partition_state import READ_COMMITTED
+
+TP0 = TopicPartition("t", 0)
+
+
+def _appender(root: str, n: int, tag: int, barrier: object) -> None:
+    log = txlog.connect(root)
+    plog = log.partition_log(TP0)
+    barrier.wait()  # type: ignore[attr-defined]
+    for i in range(n):
+        table = pa.table({"value": [f"{tag}-{i}-{j}".encode() for j in range(3)]})
+        from txlog.records import KAFKA_SCHEMA, conform
+
+        table = conform(table, KAFKA_SCHEMA, "t", kafka_shaped=True)
+        key, nbytes = plog.write_data(table)
+        plog.append(AppendSpec(kind=DATA, count=3, data=key, nbytes=nbytes))
+
+
+def test_racing_processes_get_dense_unique_offsets(tmp_path: object) -> None:
+    root = str(tmp_path)
+    log = txlog.connect(root)
+    log.create_topic("t")
+    procs, per = 4, 25
+    ctx = mp.get_context("spawn")
+    barrier = ctx.Barrier(procs)
+    ps = [ctx.Process(target=_appender, args=(root, per, k, barrier)) for k in range(procs)]
+    for p in ps:
+        p.start()
+    for p in ps:
+        p.join(120)
+        assert p.exitcode == 0
+    st = txlog.connect(root).partition_log(TP0).load()
+    assert st.high_watermark == procs * per * 3
+    assert st.batches.base_offset == list(range(0, procs * per * 3, 3))
+    c = txlog.connect(root).consumer(auto_offset_reset="earliest")
+    c.assign([TP0])
+    recs = c.poll(max_records=10_000)
+    assert [r.offset for r in recs] == list(range(procs * per * 3))
+    values = [r.value for r in recs]
+    assert len(set(values)) == len(values)  # every batch readable, none twice
+    for k in range(procs):  # each appender's batches in its own order
+        mine = [v for v in values if v.startswith(f"{k}-".encode())]
+        assert mine == [f"{k}-{i}-{j}".encode() for i in range(per) for j in range(3)]
+    print(f"appenders={procs} batches={procs * per} offsets dense 0..{st.high_watermark - 1}")
+
+
+def test_single_writer_appends_with_one_atomic_request(tmp_path: object) -> None:
+    log = txlog.connect(str(tmp_path))
+    log.create_topic("t")
+    p = log.producer(linger_ms=0)
+    p.send("t", b"warm")
+    p.flush()
+    log.store.counter.reset()
+    for i in range(10):
+        p.send("t", b"x%d" % i)
+        p.flush()
+    req = log.store.counter.snapshot()["requests"]
+    assert req.get("put_if_absent") == 10  # one claim per batch
+    assert req.get("put") == 10  # one data object per batch
+    assert "list" not in req  # a single writer predicts its slot: no listing
+
+
+def test_open_reads_checkpoint_plus_tail(tmp_path: object) -> None:
+    log = txlog.connect(str(tmp_path), checkpoint_interval_batches=50)
+    log.create_topic("t")
+    plog = log.partition_log(TP0)
+    table = pa.table({"value": [b"v"]})
+    from txlog.records import KAFKA_SCHEMA, conform
+
+    table = conform(table, KAFKA_SCHEMA, "t", kafka_shaped=True)
+    key, n = plog.write_data(table)
+    for _ in range(120):
+        plog.append(AppendSpec(kind=DATA, count=1, data=key, nbytes=n))
+    fresh = txlog.connect(str(tmp_path))
+    fresh.store.counter.reset()
+    st = PartitionLog(fresh.store, "t", 0).load()
+    req = fresh.store.counter.snapshot()["requests"]
+    assert st.high_watermark == 120
+    # checkpoint at slot 100: one list of checkpoints, one checkpoint get, one tail list
+    # and the 20 tail entries.
+    assert req["get"] == 1 + 20
+    assert req["list"] == 2
+
+
+def test_corrupt_checkpoint_falls_back(tmp_path: object) -> None:
+    log = txlog.connect(str(tmp_path), checkpoint_interval_batches=10)
+    log.create_topic("t")
+    p = log.producer()
+    for i in range(25):
+        p.send("t", b"%d" % i)
+        p.flush()
+    keys = log.store.list("topics/t/0/checkpoints/")
+    assert keys
+    log.store.put(keys[-1], b"garbage")
+    c = txlog.connect(str(tmp_path)).consumer(auto_offset_reset="earliest")
+    c.assign([TP0])
+    assert [r.value for r in c.poll(100)] == [b"%d" % i for i in range(25)]
+
+
+def test_topics_lifecycle_and_errors(tmp_path: object) -> None:
+    log = txlog.connect(str(tmp_path))
+    log.create_topic("a", partitions=3)
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), ("name", pa.string())])
+    log.create_topic("typed", schema=schema)
+    assert log.list_topics() == ["a", "typed"]
+    assert log.describe_topic("a")["partitions"] == 3
+    with pytest.raises(TopicExistsError, match="already exists"):
+        log.create_topic("a")
+    for bad in ["../x", "a/b", "", ".", "..", "x" * 300, "with space"]:
+        with pytest.raises(InvalidNameError):
+            log.create_topic(bad)
+    with pytest.raises(UnknownTopicError, match="unknown topic 'nope'"):
+        log.producer().send("nope", b"x")
+    p = log.producer()
+    p.send_batch("typed", pa.table({"id": [1, 2], "name": ["a", None]}))
+    with pytest.raises(SchemaMismatchError):
+        p.send_batch("typed", pa.table({"id": ["not-an-int"]}))
+    with pytest.raises(SchemaMismatchError):
+        p.send_batch("typed", pa.table({"name": ["missing id"]}))
+    p.flush()
+    c = log.consumer(auto_offset_reset="earliest")
+    c.assign([TopicPartition("typed", 0)])
+    t = c.poll_arrow()
+    assert t.column("id").to_pylist() == [1, 2]
+    assert t.column("offset").to_pylist() == [0, 1]
+    log.delete_topic("a")
+    assert log.list_topics() == ["typed"]
+    assert not log.store.list("topics/a/")
+
+
+def test_partitioner_and_records(tmp_path: object) -> None:
+    log = txlog.connect(str(tmp_path))
+    log.create_topic("t", partitions=4)
+    p = log.producer()
+    futs = [p.send("t", b"v%d" % i, key=b"k%d" % (i % 5), headers=[("h", b"1")],
+                   timestamp_ms=1000 + i) for i in range(20)]
+    p.flush()
+    from txlog.partitioner import partition_for_key
+
+    for i, f in enumerate(futs):
+        assert f.get().partition == partition_for_key(b"k%d" % (i % 5), 4)
+    c = log.consumer(auto_offset_reset="earliest")
+    c.subscribe(["t"])
+    recs = c.poll(100)
+    assert len(recs) == 20
+    r = next(r for r in recs if r.value == b"v3")
+    assert (r.key, r.headers, r.timestamp) == (b"k3", [("h", b"1")], 1003)
+    ts = c.offsets_for_times({TopicPartition("t", r.partition): 1003})
+    assert ts[TopicPartition("t", r.partition)] == r.offset
+    assert c.end_offsets([TopicPartition("t", r.partition)])[
+        TopicPartition("t", r.partition)] >= 1
+
+
+def test_store_is_picklable_and_log_too(tmp_path: object) -> None:
+    import pickle
+
+    log = txlog.connect(str(tmp_path))
+    log.create_topic("t")
+    log2 = pickle.loads(pickle.dumps(log))
+    p = log2.producer()
+    p.send("t", b"x")
+    p.flush()
+    st = log.partition_log(TP0).refresh()
+    assert st.plan_read(0, None, READ_COMMITTED)[1] == 1
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-q", "-s"]))

@@ -1,0 +1,226 @@
+"""Transactions: atomic commit/abort, fencing, idempotence, timeouts, offsets in txns."""
+
+from __future__ import annotations
+
+import pytest
+
+import txlog
+from txlog import TopicPartition
+from txlog.errors import (
+    InvalidTxnStateError,
+    OutOfOrderSequenceError,
+    ProducerFencedError,
+    TransactionTimeoutError,
+)
+from txlog.partition_log import AppendSpec
+from txlog.txn_state import MAX_EPOCH, VALID_PREVIOUS, TxnRecord
+
+
+def read_all(log: txlog.Log, topic: str, iso: str = "read_committed") -> list[bytes]:
+    c = log.consumer(isolation_level=iso, auto_offset_reset="earliest")
+    c.subscribe([topic])
+    out: list[bytes] = []
+    while True:
+        got = c.poll(10_000)
+        if not got:
+            return out
+        out.extend(r.value for r in got)
+
+
+@pytest.fixture
+def log(tmp_path: object) -> txlog.Log:
+    lg = txlog.connect(str(tmp_path))
+    lg.create_topic("a", partitions=3)
+    lg.create_topic("b", partitions=2)
+    return lg
+
+
+def test_commit_and_abort_are_all_or_nothing_across_topics(log: txlog.Log) -> None:
+    p = log.producer(transactional_id="t1")
+    p.init_transactions()
+    for n in range(6):
+        p.begin_transaction()
+        for part in range(3):
+            p.send("a", b"a%d-%d" % (n, part), partition=part)
+        for part in range(2):
+            p.send("b", b"b%d-%d" % (n, part), partition=part)
+        if n % 2:
+            p.abort_transaction()
+        else:
+            p.flush()  # data is in the log before the decision
+            p.commit_transaction()
+    # Also abort after the data was written.
+    p.begin_transaction()
+    p.send("a", b"late-abort", partition=0)
+    p.flush()
+    p.abort_transaction()
+    got_a = sorted(read_all(log, "a"))
+    got_b = sorted(read_all(log, "b"))
+    assert got_a == sorted(b"a%d-%d" % (n, part) for n in (0, 2, 4) for part in range(3))
+    assert got_b == sorted(b"b%d-%d" % (n, part) for n in (0, 2, 4) for part in range(2))
+    assert b"late-abort" in read_all(log, "a", "read_uncommitted")
+
+
+def test_zombie_is_fenced_and_invisible(log: txlog.Log) -> None:
+    z = log.producer(transactional_id="t1")
+    z.init_transactions()
+    z.begin_transaction()
+    z.send("a", b"zombie-1", partition=0)
+    z.flush()
+    new = log.producer(transactional_id="t1")
+    new.init_transactions()  # fences z and aborts its open transaction
+    with pytest.raises(ProducerFencedError):
+        z.send("a", b"zombie-2", partition=1)
+        z.flush()
+    with pytest.raises(ProducerFencedError):
+        z.send_offsets_to_transaction({TopicPartition("a", 0): 1}, "g")
+    with pytest.raises(ProducerFencedError):
+        z.commit_transaction()
+    new.begin_transaction()
+    new.send("a", b"new", partition=0)
+    new.commit_transaction()
+    assert read_all(log, "a") == [b"new"]
+    c = log.consumer(auto_offset_reset="earliest")
+    c.assign([TopicPartition("a", 0)])
+    assert c.last_stable_offset(TopicPartition("a", 0)) == c.end_offsets(
+        [TopicPartition("a", 0)])[TopicPartition("a", 0)]
+
+
+def test_zombie_late_write_to_unregistered_partition_never_visible(log: txlog.Log) -> None:
+    """A write from a fenced epoch to a partition its transaction never registered has no
+    marker there: a reader aborts it instead of letting it hold the LSO."""
+    z = log.producer(transactional_id="t1")
+    z.init_transactions()
+    z.begin_transaction()
+    z.send("a", b"z", partition=0)
+    z.flush()
+    pid, epoch = z.producer_id, z.epoch
+    new = log.producer(transactional_id="t1")
+    new.init_transactions()
+    # Simulate the zombie's delayed append that skipped registration (a paused process).
+    plog = log.partition_log(TopicPartition("b", 1))
+    key, n = plog.write_data(__import__("txlog.records", fromlist=["kafka_table"]).kafka_table(
+        [(None, b"late", None, None)]))
+    plog.append(AppendSpec(kind="data", count=1, producer_id=pid, epoch=epoch,
+                           transactional=True, txn_id="t1", data=key, nbytes=n))
+    c = log.consumer(auto_offset_reset="earliest")
+    tp = TopicPartition("b", 1)
+    assert c.last_stable_offset(tp) == 2  # resolved: aborted, LSO not held
+    c.assign([tp])
+    assert c.poll(10) == []
+
+
+def test_idempotent_retries_appear_once_and_gaps_fail(log: txlog.Log) -> None:
+    p = log.producer()
+    tp = TopicPartition("a", 0)
+    plog = log.partition_log(tp)
+    from txlog.records import kafka_table
+
+    table = kafka_table([(None, b"x", None, None), (None, b"y", None, None)])
+    key, n = plog.write_data(table)
+    spec = AppendSpec(kind="data", count=2, producer_id=p.producer_id, epoch=0,
+                      base_sequence=0, data=key, nbytes=n)
+    first = plog.append(spec)
+    again = log.partition_log(tp).append(spec)  # a retry after an ambiguous outcome
+    assert again.duplicate and again.base_offset == first.base_offset
+    fresh = txlog.connect(log.url).partition_log(tp)  # a different client sees it too
+    assert fresh.append(spec).duplicate
+    gap = AppendSpec(kind="data", count=1, producer_id=p.producer_id, epoch=0,
+                     base_sequence=5, data=key, nbytes=n)
+    with pytest.raises(OutOfOrderSequenceError):
+        plog.append(gap)
+    assert read_all(log, "a") == [b"x", b"y"]
+
+
+def test_timeout_aborts_and_lso_moves_on(log: txlog.Log) -> None:
+    p = log.producer(transactional_id="slow", transaction_timeout_ms=300)
+    p.init_transactions()
+    p.begin_transaction()
+    p.send("a", b"abandoned", partition=0)
+    p.flush()
+    tp = TopicPartition("a", 0)
+    import time
+
+    deadline = time.monotonic() + 10
+    c = log.consumer(auto_offset_reset="earliest")
+    while c.last_stable_offset(tp) != 2 and time.monotonic() < deadline:
+        pass  # the reader resolves the expired transaction on its own
+    assert c.last_stable_offset(tp) == 2
+    with pytest.raises(TransactionTimeoutError):
+        p.commit_transaction()
+    p.abort_transaction()  # abortable: the producer carries on
+    p.begin_transaction()
+    p.send("a", b"next", partition=0)
+    p.commit_transaction()
+    assert read_all(log, "a") == [b"next"]
+
+
+def test_offsets_visible_only_when_committed(log: txlog.Log) -> None:
+    tp = TopicPartition("a", 0)
+    p = log.producer(transactional_id="copier")
+    p.init_transactions()
+    p.begin_transaction()
+    p.send_offsets_to_transaction({tp: 5}, "g1")
+    p.abort_transaction()
+    c = log.consumer(group_id="g1")
+    assert c.committed([tp]) == {tp: None}
+    p.begin_transaction()
+    p.send_offsets_to_transaction({tp: 7}, "g1")
+    p.flush()
+    assert c.committed([tp]) == {tp: None}  # still open
+    p.commit_transaction()
+    assert c.committed([tp]) == {tp: 7}
+    c.commit({tp: 9})
+    assert c.committed([tp]) == {tp: 9}
+
+
+def test_client_state_errors(log: txlog.Log) -> None:
+    p = log.producer(transactional_id="s")
+    with pytest.raises(InvalidTxnStateError):
+        p.begin_transaction()
+    p.init_transactions()
+    with pytest.raises(InvalidTxnStateError):
+        p.send("a", b"x")
+    with pytest.raises(InvalidTxnStateError):
+        p.commit_transaction()
+    plain = log.producer()
+    with pytest.raises(InvalidTxnStateError):
+        plain.begin_transaction()
+
+
+def test_epoch_bumps_every_end_and_exhaustion_rotates_producer_id(log: txlog.Log) -> None:
+    p = log.producer(transactional_id="e")
+    p.init_transactions()
+    e0 = p.epoch
+    p.begin_transaction()
+    p.send("a", b"1", partition=0)
+    p.commit_transaction()
+    assert p.epoch == e0 + 1
+    # Force the record to the last epoch, then end a transaction.
+    coord = log.coordinator
+    part = coord.state_log.partition_for("e")
+    cur = coord.record("e")
+    assert cur is not None
+    from dataclasses import replace
+
+    assert part.compare_and_set("e", cur, replace(cur, epoch=MAX_EPOCH))
+    p.epoch = MAX_EPOCH
+    old_pid = p.producer_id
+    p.begin_transaction()
+    p.send("a", b"2", partition=0)
+    p.commit_transaction()
+    assert p.producer_id != old_pid and p.epoch == 0
+    assert read_all(log, "a") == [b"1", b"2"]
+
+
+def test_state_machine_matches_kafka() -> None:
+    rec = TxnRecord("x", 1, 0, "Empty", 1000)
+    ongoing = rec.transition("Ongoing")
+    with pytest.raises(InvalidTxnStateError):
+        rec.transition("PrepareCommit")
+    prep = ongoing.transition("PrepareCommit")
+    with pytest.raises(InvalidTxnStateError):
+        prep.transition("CompleteAbort")
+    assert prep.transition("CompleteCommit").state == "CompleteCommit"
+    assert VALID_PREVIOUS["PrepareAbort"] == {"Ongoing", "PrepareEpochFence"}
+    assert TxnRecord.from_json(prep.to_json(), "t") == prep
