@@ -113,3 +113,17 @@ class ConcurrentTransactionsError(TxlogError):
 
 class UnknownProducerIdError(TxlogError):
     """The producer id is not known (its state expired)."""
+
+
+class TransactionalIdNotFoundError(TxlogError, KeyError):
+    """The state log has no record of the transactional.id (admin commands)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "transactional.id not found"
+
+
+class GroupIdNotFoundError(TxlogError, KeyError):
+    """The consumer group has no committed offsets (admin commands)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "group not found"

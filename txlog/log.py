@@ -241,8 +241,13 @@ class Log:
 
         return Consumer(self, group_id=group_id, isolation_level=isolation_level, **config)
 
-    def metrics(self) -> dict[str, Any]:
-        return {"store": self.store.counter.snapshot()}
+    def metrics(self, *, refresh: bool = False, topics: list[str] | None = None,
+                ) -> dict[str, Any]:
+        """Store requests and bytes, transaction latencies, open transactions and LSO lag
+        per partition (see :mod:`txlog.metrics`)."""
+        from txlog.metrics import log_metrics
+
+        return log_metrics(self, refresh=refresh, topics=topics)
 
 
 def connect(url: str, storage_options: dict[str, Any] | None = None, **config: Any) -> Log:

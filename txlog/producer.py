@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import enum
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -28,6 +29,7 @@ from txlog.errors import (
     ProducerFencedError,
     TxlogError,
 )
+from txlog.metrics import record_end_txn
 from txlog.model import DATA
 from txlog.names import validate_id
 from txlog.offsets import encode_offset_commits, offsets_partition
@@ -207,9 +209,11 @@ class Producer:
     def _end(self, commit: bool) -> None:
         assert self.transactional_id is not None
         self.state = State.COMMITTING if commit else State.ABORTING
+        t0 = time.perf_counter()
         try:
             self.producer_id, self.epoch = self.log.coordinator.end_txn(
                 self.transactional_id, self.producer_id, self.epoch, commit)
+            record_end_txn(self.log, commit, (time.perf_counter() - t0) * 1000)
         except ProducerFencedError as exc:
             self._fatal(exc)
             raise
