@@ -26,6 +26,7 @@ DEFAULTS: dict[str, tuple[Any, type, str]] = {
     "batch.size": (1_048_576, int, "producer: flush a partition's batch at this many bytes"),
     "linger.ms": (5, int, "producer: flush a partition's batch this long after its first record"),
     "enable.idempotence": (True, bool, "producer: per-partition sequence numbers"),
+    "retries": (5, int, "producer: retries of an append whose outcome is unknown"),
     "checkpoint.interval.batches": (1000, int, "write a partition checkpoint every N batches"),
     "retention.ms": (-1, int, "delete batches older than this (-1: keep forever)"),
     "retention.bytes": (-1, int, "delete oldest batches beyond this size (-1: no limit)"),

@@ -21,6 +21,10 @@ class TxlogError(Exception):
 class StorageError(TxlogError):
     """The object store failed in a way txlog could not settle."""
 
+    # Inside a transaction a failed write is abortable: aborting makes whatever landed
+    # invisible, and the epoch bump starts the next transaction clean.
+    abortable = True
+
 
 class ObjectNotFoundError(StorageError, KeyError):
     """An object that should exist is missing."""

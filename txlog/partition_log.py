@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import logging
+import threading
 import uuid
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -21,7 +22,7 @@ import pyarrow.parquet as pq
 from txlog import layout
 from txlog.checkpoint import decode_checkpoint, encode_checkpoint
 from txlog.errors import CorruptObjectError, ObjectNotFoundError
-from txlog.model import DATA, Entry, decode_entry
+from txlog.model import CONTROL_KINDS, DATA, Entry, decode_entry
 from txlog.partition_state import PartitionState, ReadSpan
 from txlog.records import now_ms
 from txlog.storage.base import ObjectStore
@@ -68,6 +69,9 @@ class PartitionLog:
         self.partition = partition
         self.checkpoint_interval = max(1, checkpoint_interval)
         self.state: PartitionState | None = None
+        # One Log may be shared by threads (producers, a consumer, maintenance): the cached
+        # state is only read and advanced under this lock.
+        self._lock = threading.RLock()
         self._log_prefix = layout.log_prefix(topic, partition)
 
     @property
@@ -78,19 +82,22 @@ class PartitionLog:
 
     def load(self) -> PartitionState:
         """Latest readable checkpoint plus the entries after it (never the whole history)."""
-        st = self._load_checkpoint()
-        self._read_tail(st)
-        self.state = st
-        return st
+        with self._lock:
+            st = self._load_checkpoint()
+            self._read_tail(st)
+            self.state = st
+            return st
 
     def refresh(self) -> PartitionState:
-        if self.state is None:
-            return self.load()
-        self._read_tail(self.state)
-        return self.state
+        with self._lock:
+            if self.state is None:
+                return self.load()
+            self._read_tail(self.state)
+            return self.state
 
     def current(self) -> PartitionState:
-        return self.state if self.state is not None else self.load()
+        with self._lock:
+            return self.state if self.state is not None else self.load()
 
     def _load_checkpoint(self) -> PartitionState:
         keys = self.store.list(layout.checkpoint_prefix(self.topic, self.partition))
@@ -146,6 +153,10 @@ class PartitionLog:
         before the claimed slot (sequence gaps, duplicates, fenced epochs); a lost race
         re-reads the tail and re-validates, so a check never goes stale.
         """
+        with self._lock:
+            return self._append(spec)
+
+    def _append(self, spec: AppendSpec) -> AppendResult:
         st = self.current()
         while True:
             if spec.kind == DATA:
@@ -153,6 +164,11 @@ class PartitionLog:
                                         spec.count, spec.transactional)
                 if dup is not None:
                     return AppendResult(dup, -1, duplicate=True)
+            elif spec.kind in CONTROL_KINDS and (spec.producer_id, spec.epoch) not in \
+                    st.open_txns and st.fence_epoch.get(spec.producer_id, -1) >= spec.epoch:
+                # Markers are idempotent: another client's marker for this transaction
+                # already decided it here (roll-forwards race).
+                return AppendResult(st.high_watermark, -1, duplicate=True)
             entry = Entry(
                 slot=st.next_slot, kind=spec.kind, base_offset=st.high_watermark,
                 count=spec.count, producer_id=spec.producer_id, epoch=spec.epoch,

@@ -27,13 +27,14 @@ from txlog.errors import (
     ConfigError,
     InvalidTxnStateError,
     ProducerFencedError,
+    StorageError,
     TxlogError,
 )
 from txlog.metrics import record_end_txn
 from txlog.model import DATA
 from txlog.names import validate_id
 from txlog.offsets import encode_offset_commits, offsets_partition
-from txlog.partition_log import AppendSpec
+from txlog.partition_log import AppendResult, AppendSpec, PartitionLog
 from txlog.partitioner import RoundRobin, partition_for_key
 from txlog.records import TopicPartition, conform, kafka_table, now_ms
 
@@ -94,7 +95,8 @@ class SendFuture:
         return self._meta
 
 
-_PRODUCER_KEYS = {"batch.size", "linger.ms", "enable.idempotence", "transaction.timeout.ms"}
+_PRODUCER_KEYS = {"batch.size", "linger.ms", "enable.idempotence", "transaction.timeout.ms",
+                  "retries"}
 
 
 class Producer:
@@ -117,6 +119,7 @@ class Producer:
         self.linger_ms = int(cfg["linger.ms"])
         self.idempotent = bool(cfg["enable.idempotence"]) or transactional_id is not None
         self.timeout_ms = int(cfg["transaction.timeout.ms"])
+        self.retries = int(cfg["retries"])
         self._lock = threading.RLock()
         self._pending: dict[TopicPartition, _PendingBatch] = {}
         self._seq: dict[TopicPartition, int] = {}
@@ -359,15 +362,31 @@ class Producer:
         seq = self._seq.get(tp, 0) if self.idempotent else -1
         if not ts_min and not ts_max:
             ts_min = ts_max = now_ms()
-        res = plog.append(AppendSpec(
+        spec = AppendSpec(
             kind=DATA, count=num_rows, producer_id=self.producer_id, epoch=self.epoch,
             base_sequence=seq, transactional=self.transactional_id is not None,
             txn_id=self.transactional_id, data=key, nbytes=nbytes, ts_min=ts_min,
-            ts_max=ts_max))
+            ts_max=ts_max)
+        res = self._append_with_retries(plog, spec)
         if self.idempotent:
             self._seq[tp] = seq + num_rows
         crashpoint("after_data_append")
         return res.base_offset
+
+    def _append_with_retries(self, plog: PartitionLog, spec: AppendSpec) -> AppendResult:
+        """Retry an append whose outcome is unknown: the same sequence numbers make a
+        retry of a batch that did land come back as a duplicate with its first offsets."""
+        delay = 0.05
+        for attempt in range(self.retries + 1):
+            try:
+                return plog.append(spec)
+            except StorageError:
+                if attempt == self.retries or spec.base_sequence < 0:
+                    raise
+                plog.state = None  # re-read the log: our view may be behind
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
+        raise AssertionError("unreachable")
 
     # -- state checks ------------------------------------------------------------------------
 

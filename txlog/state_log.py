@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import zlib
 from collections.abc import Callable
 from typing import Any
@@ -39,6 +40,7 @@ class StateLogPartition:
         self.records: dict[str, TxnRecord] = {}
         self.next_slot = 0
         self.loaded = False
+        self._lock = threading.RLock()  # shared by the threads of one Log
 
     def _entry_key(self, slot: int) -> str:
         return f"{self.prefix}log/{slot // BUCKET:06d}/{slot:012d}.json"
@@ -49,6 +51,10 @@ class StateLogPartition:
     # -- reading -------------------------------------------------------------------------
 
     def refresh(self) -> None:
+        with self._lock:
+            self._refresh()
+
+    def _refresh(self) -> None:
         if not self.loaded:
             self._load_checkpoint()
             self.loaded = True
@@ -107,6 +113,11 @@ class StateLogPartition:
 
         Returns False (without writing) when another client changed the record first.
         """
+        with self._lock:
+            return self._compare_and_set(txn_id, expected, new)
+
+    def _compare_and_set(self, txn_id: str, expected: TxnRecord | None,
+                         new: TxnRecord) -> bool:
         self.refresh()
         while True:
             if self.records.get(txn_id) != expected:
