@@ -145,19 +145,17 @@ class Consumer:
     def poll(self, max_records: int | None = None, timeout_ms: int = 0) -> list[Record]:
         """Up to ``max_records`` records, in offset order per partition."""
         out: list[Record] = []
-        for tp, table, span_meta in self._fetch(max_records, timeout_ms, with_meta=True):
+        for tp, table, span_meta in self._fetch(max_records, timeout_ms):
             info = self.log.topic(tp.topic)
-            for first, n, append_ms in span_meta:
-                part = table.slice(0, 0) if n == 0 else None
-                del part
-                out.extend(table_to_records(
-                    table.slice(first[0], n).drop_columns(["topic", "partition", "offset"]),
-                    tp.topic, tp.partition, first[1], kafka_shaped=info.kafka_shaped,
-                    append_ms=append_ms))
+            data = table.drop_columns(["topic", "partition", "offset"])
+            for (row, first_offset), n, append_ms in span_meta:
+                out.extend(table_to_records(data.slice(row, n), tp.topic, tp.partition,
+                                            first_offset, kafka_shaped=info.kafka_shaped,
+                                            append_ms=append_ms))
         return out
 
-    def _fetch(self, max_records: int | None, timeout_ms: int, with_meta: bool = False,
-               ) -> list[Any]:
+    def _fetch(self, max_records: int | None, timeout_ms: int) -> list[Any]:
+        """(partition, table with topic/partition/offset columns, per-span metadata)."""
         if self._closed:
             raise InvalidTxnStateError("poll() on a closed consumer")
         if not self._assignment:
