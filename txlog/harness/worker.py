@@ -1,0 +1,397 @@
+"""Client processes of the torture harness: ``python -m txlog.harness.worker SPEC.json``.
+
+Roles:
+
+* ``producer``: transactions of sends to several topics and partitions, sometimes with an
+  offset commit (``send_offsets_to_transaction``), ending in commit, client abort, a
+  commit after the transaction timeout, or a takeover by a newer instance of the same
+  transactional.id while the old one keeps writing (an in-process zombie);
+* ``consumer``: forward reads of every data partition, read_committed or
+  read_uncommitted, recording positions before and after each poll and the LSO after it;
+* ``ctp``: consume-transform-produce: reads the input topic from the group's committed
+  offset and, per poll, one transaction of outputs plus the new offset;
+* ``sweeper``: ``log.coordinator.sweep()`` in a loop.
+
+Every operation is recorded (:class:`~txlog.harness.history.Recorder`) as an invocation
+and a completion (ok, fail or info).  The store is a seeded
+:class:`~txlog.storage.faults.FaultyStore`.  A worker stops at ``until`` (wall clock); the
+runner may SIGKILL it at any moment.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import txlog
+from txlog.errors import (
+    ProducerFencedError,
+    TransactionAbortedError,
+    TxlogError,
+)
+from txlog.harness.history import Recorder
+from txlog.records import TopicPartition
+from txlog.storage.faults import FaultRates, FaultyStore, InjectedTimeout
+
+#: Errors that mean "this transaction is aborted" when they come out of a transaction.
+DEFINITE_ABORT = (ProducerFencedError, TransactionAbortedError)
+
+
+def is_expected(exc: BaseException) -> bool:
+    """Errors txlog is allowed to raise: its own, and the injected raw timeouts."""
+    return isinstance(exc, (TxlogError, InjectedTimeout))
+
+
+def fault_rates(spec: dict[str, Any] | None) -> dict[str, FaultRates]:
+    return {op: FaultRates(**r) for op, r in (spec or {}).items()}
+
+
+class Worker:
+    def __init__(self, spec: dict[str, Any]) -> None:
+        self.spec = spec
+        self.role: str = spec["role"]
+        self.proc = f"{spec['name']}.{spec['incarnation']}"
+        self.rng = random.Random(f"{spec['seed']}:{self.proc}")
+        self.until: float = spec["until"]
+        self.rec = Recorder(spec["history"], self.proc)
+        self.log = txlog.connect(spec["url"], spec.get("storage_options") or None,
+                                 **spec.get("config", {}))
+        self.store = FaultyStore(self.log.store, seed=spec["seed"], stream=self.proc,
+                                 rates=fault_rates(spec.get("faults")),
+                                 error_style=spec.get("error_style", "storage"),
+                                 lost_response_ms=spec.get("lost_response_ms", 50))
+        self.log.store = self.store  # before any use: partition logs and coordinator take it
+        self.topics: dict[str, int] = spec["topics"]  # data topics -> partitions
+        self.txn_id: str = spec.get("txn_id", "")
+        self.timeout_ms = int(spec.get("config", {}).get("transaction.timeout.ms", 60_000))
+        self.stats_path = spec.get("stats")
+        self._ops = 0
+        self._fenced = False
+
+    # -- plumbing ------------------------------------------------------------------------
+
+    def expired(self) -> bool:
+        return time.time() >= self.until
+
+    def pace(self, lo: float, hi: float) -> None:
+        """Think time between operations (workload pacing, not synchronisation)."""
+        time.sleep(min(self.rng.uniform(lo, hi), max(0.0, self.until - time.time())))
+
+    def done_op(self) -> None:
+        self._ops += 1
+        if self.stats_path and (self._ops % 5 == 0 or self.expired()):
+            self.write_stats()
+
+    def write_stats(self) -> None:
+        if not self.stats_path:
+            return
+        tmp = f"{self.stats_path}.tmp"
+        with open(tmp, "w") as f:
+            json.dump({"injected": dict(self.store.injected), "ops": self._ops,
+                       "requests": dict(self.store.requests)}, f)
+        os.replace(tmp, self.stats_path)
+
+    def fail(self, oid: str, f: str, exc: BaseException, value: dict[str, Any] | None = None,
+             outcome: str = "fail") -> None:
+        unexpected = not is_expected(exc)
+        err: BaseException | str = exc
+        if unexpected:
+            err = f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"
+        self.rec.complete(oid, f, outcome, value, err, unexpected=unexpected)
+
+    def run(self) -> None:
+        try:
+            getattr(self, f"run_{self.role}")()
+        finally:
+            self.write_stats()
+            self.rec.close()
+
+    # -- producers -------------------------------------------------------------------------
+
+    def new_producer(self, txn_id: str) -> Any:
+        """A new instance of ``txn_id`` after init_transactions(), or None if that failed."""
+        oid = self.rec.invoke("init", {"txn_id": txn_id})
+        p = None
+        try:
+            p = self.log.producer(transactional_id=txn_id)
+            p.init_transactions()
+        except Exception as exc:
+            self.fail(oid, "init", exc)
+            return None
+        self.rec.complete(oid, "init", "ok", {"pid": p.producer_id, "epoch": p.epoch})
+        return p
+
+    def _plan_sends(self, tag: str) -> list[list[Any]]:
+        names = sorted(t for t in self.topics if t != self.spec.get("out_topic"))
+        sends = []
+        for i in range(self.rng.randint(1, 5)):
+            topic = self.rng.choice(names)
+            sends.append([topic, self.rng.randrange(self.topics[topic]), f"{tag}:{i}"])
+        return sends
+
+    def fenced_out(self) -> bool:
+        """A zombie process ends once a newer instance fenced it (as a real one would)."""
+        return bool(self.spec.get("exit_on_fence")) and self._fenced
+
+    def run_producer(self) -> None:
+        prod = None
+        n = 0
+        while not self.expired() and not self.fenced_out():
+            if prod is None:
+                prod = self.new_producer(self.txn_id)
+                if prod is None:
+                    self.pace(0.01, 0.05)
+                    continue
+            n += 1
+            prod = self.producer_txn(prod, n)
+            self.done_op()
+
+    def producer_txn(self, prod: Any, n: int) -> Any:
+        """One transaction; returns the producer to use next (None: make a new one)."""
+        tag = f"{self.proc}:{n}"
+        sends = self._plan_sends(tag)
+        offsets = None
+        if self.rng.random() < 0.3:
+            group = f"pg-{self.txn_id}"
+            k = int(self.spec.get("uid", 0)) * 1_000_000 + n  # unique in the history
+            in_topic = self.spec.get("in_topic", "in")
+            offsets = (group, TopicPartition(in_topic, 0), k)
+            sends.append(["__consumer_offsets", None, f"ofs|{group}|{in_topic}|0|{k}"])
+        mode = self.rng.choices(["commit", "abort", "hang", "zombie"], [82, 10, 3, 5])[0]
+        oid = self.rec.invoke("txn", {"txn_id": self.txn_id, "sends": sends, "mode": mode,
+                                      "pid": prod.producer_id, "epoch": prod.epoch})
+        futures: list[tuple[str, str, Any]] = []
+        nxt = prod
+        try:
+            prod.begin_transaction()
+            for topic, partition, value in sends:
+                if topic == "__consumer_offsets":
+                    continue
+                futures.append((topic, value, prod.send(topic, value=value.encode(),
+                                                        partition=partition)))
+                if self.rng.random() < 0.3:
+                    prod.flush()
+            if offsets is not None:
+                prod.send_offsets_to_transaction({offsets[1]: offsets[2]}, offsets[0])
+            if mode == "zombie":
+                # A newer instance takes over; this one keeps writing and tries to commit.
+                nxt = self.new_producer(self.txn_id)
+                extra = [self._plan_sends(f"{tag}z")[0]]
+                self.rec.complete(oid, "txn", "info", {"note": "zombie continues"})
+                oid = self.rec.invoke("txn", {"txn_id": self.txn_id, "sends": extra,
+                                              "mode": "zombie-late", "pid": prod.producer_id,
+                                              "epoch": prod.epoch})
+                topic, partition, value = extra[0]
+                futures = [(topic, value, prod.send(topic, value=value.encode(),
+                                                    partition=partition))]
+                prod.flush()
+            if mode == "hang":
+                self.pace(self.timeout_ms / 1000 + 0.2, self.timeout_ms / 1000 + 0.5)
+            if mode == "abort":
+                prod.abort_transaction()
+                self.rec.complete(oid, "txn", "fail", None, "aborted by the client")
+                return nxt
+            prod.commit_transaction()
+        except Exception as exc:
+            definite = isinstance(exc, DEFINITE_ABORT)
+            self._fenced |= isinstance(exc, ProducerFencedError)
+            aborted = False
+            try:
+                prod.abort_transaction()
+                aborted = True
+            except Exception:
+                pass
+            self.fail(oid, "txn", exc, {"abort_after_error": aborted},
+                      "fail" if definite or aborted else "info")
+            if not aborted or nxt is not prod:
+                try:
+                    prod.close()
+                except Exception:
+                    pass
+                return None if nxt is prod else nxt
+            return prod
+        acks = []
+        for topic, value, fut in futures:
+            md = fut.get()
+            acks.append([topic, md.partition, md.offset, value])
+        self.rec.complete(oid, "txn", "ok", {"acks": acks, "next_epoch": prod.epoch})
+        return nxt
+
+    # -- consumers -------------------------------------------------------------------------
+
+    def _positions(self, c: Any, tps: list[TopicPartition]) -> dict[str, int]:
+        return {f"{tp.topic}:{tp.partition}": c.position(tp) for tp in tps}
+
+    def poll(self, c: Any, tps: list[TopicPartition], session: str, isolation: str,
+             max_records: int) -> list[Any] | None:
+        """One recorded poll; returns its records, or None if it failed."""
+        before = self._positions(c, tps)
+        oid = self.rec.invoke("poll", {"session": session, "isolation": isolation,
+                                       "before": before, "max_records": max_records})
+        try:
+            recs = c.poll(max_records=max_records)
+        except Exception as exc:
+            self.fail(oid, "poll", exc, {"after": self._positions(c, tps)})
+            return None
+        after = self._positions(c, tps)
+        lso: dict[str, int] = {}
+        if isolation == "read_committed":
+            try:
+                for tp in tps:
+                    lso[f"{tp.topic}:{tp.partition}"] = c.last_stable_offset(tp)
+            except Exception as exc:
+                if not is_expected(exc):
+                    self.rec.event("lso", "fail", {"session": session}, exc, unexpected=True)
+                lso = {}
+        self.rec.complete(oid, "poll", "ok", {
+            "records": [[r.topic, r.partition, r.offset, r.value.decode()] for r in recs],
+            "after": after, "lso": lso})
+        return list(recs)
+
+    def run_consumer(self) -> None:
+        isolation = self.spec.get("isolation", "read_committed")
+        tps = [TopicPartition(t, p) for t in sorted(self.topics) for p in range(self.topics[t])]
+        n = 0
+        while not self.expired():
+            n += 1
+            session = f"{self.proc}/{n}"
+            c = self.log.consumer(isolation_level=isolation)
+            try:
+                c.assign(tps)
+                c.seek_to_beginning()
+            except Exception as exc:
+                self.rec.event("seek", "fail", {"session": session}, exc,
+                               unexpected=not is_expected(exc))
+                self.pace(0.01, 0.05)
+                continue
+            for _ in range(self.rng.randint(20, 120)):
+                if self.expired():
+                    break
+                self.poll(c, tps, session, isolation, self.rng.randint(1, 40))
+                self.done_op()
+                self.pace(0.0, 0.02)
+            c.close()
+
+    # -- consume-transform-produce ----------------------------------------------------------
+
+    def run_ctp(self) -> None:
+        in_tp = TopicPartition(self.spec.get("in_topic", "in"), 0)
+        out_topic = self.spec.get("out_topic", "out")
+        group = self.spec.get("group", "ctp-g")
+        prod = None
+        cons = None
+        n = 0
+        t = 0
+        session = ""
+        while not self.expired() and not self.fenced_out():
+            if prod is None:
+                prod = self.new_producer(self.txn_id)
+                if prod is None:
+                    self.pace(0.01, 0.05)
+                    continue
+                cons = None
+            if cons is None:
+                n += 1
+                session = f"{self.proc}/{n}"
+                cons = self.log.consumer(group_id=group, isolation_level="read_committed",
+                                         auto_offset_reset="earliest")
+                cons.assign([in_tp])
+                oid = self.rec.invoke("committed", {"session": session, "group": group})
+                try:
+                    pos = cons.position(in_tp)  # the group's committed offset
+                except Exception as exc:
+                    self.fail(oid, "committed", exc)
+                    cons = None
+                    self.pace(0.01, 0.05)
+                    continue
+                self.rec.complete(oid, "committed", "ok", {"offset": pos})
+            recs = self.poll(cons, [in_tp], session, "read_committed", self.rng.randint(1, 8))
+            self.done_op()
+            if recs is None:
+                cons = None
+                continue
+            if not recs:
+                self.pace(0.005, 0.03)
+                continue
+            t += 1
+            sends = [[out_topic, self.rng.randrange(self.topics[out_topic]),
+                      f"x|{r.value.decode()}|{self.proc}:{t}:{i}"]
+                     for i, r in enumerate(recs)]
+            consumed = [r.value.decode() for r in recs]
+            new_pos = cons.position(in_tp)
+            oid = self.rec.invoke("txn", {"txn_id": self.txn_id, "sends": sends,
+                                          "consumed": consumed, "mode": "ctp",
+                                          "offset": new_pos})
+            futures = []
+            try:
+                prod.begin_transaction()
+                for topic, partition, value in sends:
+                    futures.append((topic, value, prod.send(topic, value=value.encode(),
+                                                            partition=partition)))
+                prod.send_offsets_to_transaction({in_tp: new_pos}, group)
+                prod.commit_transaction()
+            except Exception as exc:
+                self._fenced |= isinstance(exc, ProducerFencedError)
+                aborted = False
+                try:
+                    prod.abort_transaction()
+                    aborted = True
+                except Exception:
+                    pass
+                self.fail(oid, "txn", exc, {"abort_after_error": aborted},
+                          "fail" if aborted or isinstance(exc, DEFINITE_ABORT) else "info")
+                cons = None  # start again from the committed offset
+                if not aborted:
+                    try:
+                        prod.close()
+                    except Exception:
+                        pass
+                    prod = None
+                continue
+            acks = []
+            for topic, value, fut in futures:
+                md = fut.get()
+                acks.append([topic, md.partition, md.offset, value])
+            self.rec.complete(oid, "txn", "ok", {"acks": acks})
+
+    # -- maintenance -------------------------------------------------------------------------
+
+    def run_sweeper(self) -> None:
+        while not self.expired():
+            oid = self.rec.invoke("sweep")
+            try:
+                acted = self.log.coordinator.sweep()
+            except Exception as exc:
+                self.fail(oid, "sweep", exc)
+            else:
+                self.rec.complete(oid, "sweep", "ok", {"acted": acted})
+            self.done_op()
+            self.pace(0.05, 0.25)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python -m txlog.harness.worker SPEC.json", file=sys.stderr)
+        return 2
+    spec = json.loads(Path(argv[0]).read_text())
+    w = Worker(spec)
+    try:
+        w.run()
+    except Exception as exc:  # a bug in the harness or an escaped error: record it
+        rec = Recorder(spec["history"], w.proc)
+        rec.event("crash", "info", {"role": w.role}, f"{type(exc).__name__}: {exc}\n"
+                  f"{traceback.format_exc()}", unexpected=True)
+        rec.close()
+        raise
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
