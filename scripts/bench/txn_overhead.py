@@ -1,0 +1,172 @@
+"""Cost of transactions: 1 KB records at full speed, committing every 100 ms, against the
+same producer without transactions, in the same run (issue 3; goal from issue 9: at least
+0.97 of non-transactional throughput).
+
+Both producers have the same configuration (``batch.size``, ``linger.ms``) and send one
+record at a time with ``send()`` as fast as the caller can; the transactional one calls
+``commit_transaction()`` once 100 ms have passed since ``begin_transaction()``.  Segments
+of equal duration alternate between the two (order flipped every round); throughput is
+records per second including the final flush, the ratio is the median of per-round ratios.
+Commit latency is ``commit_transaction()`` alone, after an explicit ``flush()`` of the
+transaction's last batch (so it is the protocol's cost: EndTxn = Prepare*, markers,
+Complete*); "commit+flush" includes writing that last batch.
+
+    .venv/bin/python scripts/bench/txn_overhead.py [--tiny|--small|--full] [--store ...]
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import common as C
+
+GOAL = 0.97
+
+
+def run_target(tg: C.Target, *, seconds: float, rounds: int, interval_ms: int,
+               size: int) -> dict[str, Any]:
+    import random
+
+    log = tg.connect(tg.url("txn"))
+    log.create_topic("bench", 1)
+    value = random.Random(1).randbytes(size)
+    plain = log.producer()
+    txn = log.producer(transactional_id="bench-txn")
+    txn.init_transactions()
+    interval = interval_ms / 1000
+
+    def run_plain(duration: float) -> dict[str, Any]:
+        n = 0
+        t0 = C.perf()
+        end = t0 + duration
+        while True:
+            for _ in range(100):
+                plain.send("bench", value, partition=0)
+            n += 100
+            if C.perf() >= end:
+                break
+        plain.flush()
+        return {"records": n, "elapsed": C.perf() - t0}
+
+    def run_txn(duration: float) -> dict[str, Any]:
+        n = txns = 0
+        commit_lat: list[float] = []
+        total_lat: list[float] = []
+        t0 = C.perf()
+        end = t0 + duration
+        while True:
+            txn.begin_transaction()
+            t_begin = C.perf()
+            deadline = t_begin + interval
+            while True:
+                for _ in range(100):
+                    txn.send("bench", value, partition=0)
+                n += 100
+                if C.perf() >= deadline:
+                    break
+            t_end = C.perf()
+            txn.flush()
+            t_c = C.perf()
+            txn.commit_transaction()
+            done = C.perf()
+            commit_lat.append(done - t_c)
+            total_lat.append(done - t_end)
+            txns += 1
+            if done >= end:
+                break
+        return {"records": n, "elapsed": C.perf() - t0, "txns": txns,
+                "commit_lat": commit_lat, "total_lat": total_lat}
+
+    run_plain(min(0.5, seconds))  # warm-up both
+    run_txn(min(0.5, seconds))
+    rate: dict[str, list[float]] = {"plain": [], "txn": []}
+    ratios: list[float] = []
+    reqs: dict[str, dict[str, int]] = {"plain": {}, "txn": {}}
+    recs = {"plain": 0, "txn": 0}
+    txns = 0
+    commit_lat: list[float] = []
+    total_lat: list[float] = []
+    for r in range(rounds):
+        order = ["plain", "txn"] if r % 2 == 0 else ["txn", "plain"]
+        got: dict[str, float] = {}
+        for side in order:
+            before = C.counts(log.store)
+            res = run_plain(seconds) if side == "plain" else run_txn(seconds)
+            for k, v in C.diff_counts(C.counts(log.store), before).items():
+                reqs[side][k] = reqs[side].get(k, 0) + v
+            recs[side] += res["records"]
+            got[side] = res["records"] / res["elapsed"]
+            rate[side].append(got[side])
+            if side == "txn":
+                txns += res["txns"]
+                commit_lat += res["commit_lat"]
+                total_lat += res["total_lat"]
+        ratios.append(C.ratio(got["txn"], got["plain"]))
+        C.progress(f"{tg.name}: round {r + 1}/{rounds}: plain {got['plain']:,.0f} rec/s, "
+                   f"txn {got['txn']:,.0f} rec/s, ratio {ratios[-1]:.3f}")
+    plain.close()
+    txn.close()
+    # Requests the transactional run made beyond what its data alone costs (the plain
+    # run's requests per record, scaled to the transactional run's records).
+    overhead = {k: (v - reqs["plain"].get(k, 0) * recs["txn"] / max(1, recs["plain"])) / txns
+                for k, v in reqs["txn"].items()}
+    return {
+        "plain_records_per_s": C.median(rate["plain"]),
+        "txn_records_per_s": C.median(rate["txn"]),
+        "ratio": C.median(ratios),
+        "per_round_ratio": ratios,
+        "txns": txns,
+        "records_per_txn": recs["txn"] / max(1, txns),
+        "commit_p50_ms": C.percentile(commit_lat, 50) * 1000,
+        "commit_p99_ms": C.percentile(commit_lat, 99) * 1000,
+        "commit_with_flush_p50_ms": C.percentile(total_lat, 50) * 1000,
+        "commit_with_flush_p99_ms": C.percentile(total_lat, 99) * 1000,
+        "requests_per_txn": C.per(reqs["txn"], txns),
+        "overhead_requests_per_txn": {k: v for k, v in overhead.items() if abs(v) >= 0.005},
+        "plain_requests_per_1000_records": C.per(reqs["plain"], max(1, recs["plain"]) // 1000),
+    }
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args = C.parse_args(__doc__.splitlines()[0], argv=argv)
+    seconds = C.pick(args.mode, 0.4, 3.0, 10.0)
+    rounds = args.rounds or C.pick(args.mode, 1, 3, 5)
+    interval_ms, size = 100, 1024
+    results: dict[str, Any] = {}
+    with C.targets(args.store) as tgs:
+        for tg in tgs:
+            C.progress(f"{tg.name}: {rounds} rounds x {seconds}s per side, commit every "
+                       f"{interval_ms} ms, {size} B records")
+            results[tg.name] = run_target(tg, seconds=seconds, rounds=rounds,
+                                          interval_ms=interval_ms, size=size)
+    rows = []
+    for store, r in results.items():
+        rows.append([store, r["plain_records_per_s"], r["txn_records_per_s"], r["ratio"],
+                     r["commit_p50_ms"], r["commit_p99_ms"], r["commit_with_flush_p50_ms"],
+                     r["records_per_txn"]])
+    C.print_table(f"Transactional vs plain producer, commit every {interval_ms} ms "
+                  f"({args.mode}, {rounds} rounds x {seconds}s per side, medians)",
+                  ["store", "plain rec/s", "txn rec/s", "txn/plain", "commit p50 ms",
+                   "commit p99 ms", "commit+flush p50", "records/txn"], rows)
+    C.print_table("Object-store requests per transaction",
+                  ["store", "total per txn (data + protocol)", "protocol only"],
+                  [[s, C.fmt_counts(r["requests_per_txn"]),
+                    C.fmt_counts(r["overhead_requests_per_txn"])] for s, r in results.items()])
+    goals = [{"name": "transactional produce at 100 ms commit interval vs non-transactional",
+              "store": s, "measured": C.clean(r["ratio"]), "target": GOAL, "cmp": ">=",
+              "pass": bool(r["ratio"] >= GOAL)} for s, r in results.items()]
+    return C.emit_json(
+        "txn_overhead", args.mode,
+        params={"commit_interval_ms": interval_ms, "record_bytes": size, "seconds": seconds,
+                "rounds": rounds},
+        ratios={f"{s}.txn_vs_plain_throughput": C.clean(r["ratio"]) for s, r in
+                results.items()},
+        goals=goals, results=C.clean(results))
+
+
+if __name__ == "__main__":
+    main()
