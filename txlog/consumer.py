@@ -172,6 +172,9 @@ class Consumer:
 
     def _fetch_once(self, budget: int) -> list[Any]:
         out: list[Any] = []
+        # Positions move only once every partition was fetched: a failure part-way must
+        # not skip records that were read but never returned.
+        moved: dict[TopicPartition, int] = {}
         n = len(self._assignment)
         for i in range(n):
             if budget <= 0:
@@ -181,7 +184,7 @@ class Consumer:
             st = self._state(tp)
             spans, upper = st.plan_read(pos, None, self.isolation_level)
             if not spans:
-                self._positions[tp] = max(pos, upper)
+                moved[tp] = max(pos, upper)
                 continue
             plog = self.log.partition_log(tp)
             take, total = [], 0
@@ -208,9 +211,10 @@ class Consumer:
                 row += t.num_rows
             table = pa.concat_tables(pieces) if len(pieces) > 1 else pieces[0]
             consumed_all = len(take) == len(spans) and take[-1].stop == spans[-1].stop
-            self._positions[tp] = upper if consumed_all else take[-1].stop
+            moved[tp] = upper if consumed_all else take[-1].stop
             out.append((tp, table, meta))
             budget -= total
+        self._positions.update(moved)
         self._next = (self._next + 1) % max(1, n)
         return out
 

@@ -128,6 +128,8 @@ class FaultyStore(ObjectStore):
         self.injected: Counter[str] = Counter()
         #: Requests seen by kind (injected or not).
         self.requests: Counter[str] = Counter()
+        # Scripted faults: [op, key prefix, fault kind, remaining count].
+        self._scripted: list[list[Any]] = []
 
     # -- pickling ------------------------------------------------------------------------
 
@@ -156,6 +158,18 @@ class FaultyStore(ObjectStore):
         finally:
             self.enabled = was
 
+    def script(self, op: str, prefix: str = "", fault: str = "error_before",
+               times: int = 1) -> None:
+        """Inject ``fault`` into the next ``times`` requests of kind ``op`` whose key
+        starts with ``prefix`` (deterministic, whatever the rates; even when paused)."""
+        if op not in OPS:
+            raise ConfigError(f"unknown operation kind {op!r}; kinds: {', '.join(OPS)}")
+        if fault not in FAULT_KINDS or fault == "latency":
+            raise ConfigError(f"scripted faults are error_before, error_after or "
+                              f"lost_response, not {fault!r}")
+        with self._lock:
+            self._scripted.append([op, prefix, fault, times])
+
     def total_injected(self, kinds: tuple[str, ...] = FAULT_KINDS) -> int:
         with self._lock:
             return sum(n for k, n in self.injected.items() if k.rsplit(".", 1)[1] in kinds)
@@ -170,10 +184,16 @@ class FaultyStore(ObjectStore):
 
     # -- the injection ---------------------------------------------------------------------
 
-    def _draw(self, op: str) -> tuple[float, str | None, str]:
+    def _draw(self, op: str, key: str) -> tuple[float, str | None, str]:
         """(delay seconds, fault kind or None, error style) for one request of ``op``."""
         with self._lock:
             self.requests[op] += 1
+            for s in self._scripted:
+                if s[0] == op and key.startswith(s[1]) and s[3] > 0:
+                    s[3] -= 1
+                    self.injected[f"{op}.{s[2]}"] += 1
+                    style = "os" if self.error_style == "os" else "storage"
+                    return 0.0, s[2], style
             r = self.rates[op]
             if not self.enabled or r.quiet:
                 return 0.0, None, self.error_style
@@ -206,7 +226,7 @@ class FaultyStore(ObjectStore):
         return InjectedStorageError(msg)
 
     def _call(self, op: str, key: str, fn: Any, *args: Any) -> Any:
-        delay, fault, style = self._draw(op)
+        delay, fault, style = self._draw(op, key)
         if delay:
             time.sleep(delay)
         if fault == "error_before":
