@@ -47,3 +47,32 @@ def test_failed_poll_does_not_skip_records(tmp_path: object) -> None:
     assert c.position(tps[0]) == 0 and c.position(tps[1]) == 0
     got = sorted(r.value for r in c.poll(max_records=100))
     assert got == [b"a0", b"a1", b"a2", b"b0", b"b1", b"b2"]
+
+
+def test_committed_offsets_not_hidden_by_another_groups_open_transaction() -> None:
+    """duplicate (torture seed 206, local): a consume-transform-produce client restarted
+    and read its group's committed offset while another group's transaction was open in
+    the same offsets partition.  The read stopped at that partition's LSO, returned an
+    older offset, and the client processed its input twice.  Committed offset batches
+    above the LSO now count."""
+    log = txlog.connect(f"memory://regressions/{uuid.uuid4().hex}",
+                        offsets_topic_num_partitions=1)
+    log.create_topic("in", partitions=1)
+    tp = TopicPartition("in", 0)
+    other = log.producer(transactional_id="other")
+    other.init_transactions()
+    other.begin_transaction()
+    other.send_offsets_to_transaction({tp: 1}, "other-group")  # stays open
+
+    ctp = log.producer(transactional_id="ctp")
+    ctp.init_transactions()
+    ctp.begin_transaction()
+    ctp.send_offsets_to_transaction({tp: 5}, "g")
+    ctp.commit_transaction()
+
+    c = log.consumer(group_id="g")
+    assert c.committed([tp]) == {tp: 5}
+    # The open transaction's offsets stay invisible until it commits.
+    assert log.consumer(group_id="other-group").committed([tp]) == {tp: None}
+    other.commit_transaction()
+    assert log.consumer(group_id="other-group").committed([tp]) == {tp: 1}

@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from txlog.errors import ConfigError
 from txlog.names import CONSUMER_OFFSETS_TOPIC
-from txlog.partition_state import READ_COMMITTED
+from txlog.partition_state import READ_UNCOMMITTED, VISIBLE
 from txlog.records import TopicPartition, kafka_table, now_ms
 
 if TYPE_CHECKING:
@@ -57,7 +57,11 @@ def read_committed_offsets(txlog: Log, group_id: str, tps: Iterable[TopicPartiti
     from txlog.resolve import resolve_lso
 
     st = resolve_lso(txlog, otp)
-    spans, _ = st.plan_read(st.log_start_offset, None, READ_COMMITTED)
+    # Every committed batch counts, also those above the LSO: another group's transaction
+    # still open in this offsets partition must not hide this group's later commits (a
+    # restarted consume-transform-produce client would process its input twice).
+    spans, _ = st.plan_read(st.log_start_offset, None, READ_UNCOMMITTED)
+    spans = [s for s in spans if s.status in VISIBLE]
     by_key = {v: k for k, v in wanted.items()}
     missing = set(wanted)
     for span in reversed(spans):
