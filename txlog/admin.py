@@ -156,7 +156,9 @@ def find_hanging(txlog: Log, *, topics: Iterable[str] | None = None,
     records: dict[str, TxnRecord | None] = {}
     out: list[dict[str, Any]] = []
     seen: set[tuple[int, int]] = set()
-    for tp in _tps(txlog, topics, partition):
+    tps = _tps(txlog, topics, partition)
+    scope = {(tp.topic, tp.partition) for tp in tps}
+    for tp in tps:
         # The partition is read before the state log (as resolve_open requires): a marker
         # written before the state log moved on is already visible here.
         st = txlog.partition_log(tp).refresh()
@@ -206,9 +208,12 @@ def find_hanging(txlog: Log, *, topics: Iterable[str] | None = None,
                 "start_ms": txn.first_append_ms, "duration_ms": age,
                 "state": rec.state if rec is not None else None, "reason": reason,
             })
+    scoped = topics is not None or partition is not None
     for rec in sorted(coord.state_log.all_records(), key=lambda r: r.txn_id):
         if (rec.producer_id, rec.epoch) in seen:
             continue
+        if scoped and not scope.intersection(rec.partitions):
+            continue  # the caller asked about other partitions
         kind, reason = None, ""
         if rec.state in PREPARING and now - rec.last_update_ms > prepare_grace_ms:
             kind, reason = "stuck-prepare", (

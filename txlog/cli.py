@@ -527,11 +527,17 @@ def cmd_maintain(log: Any, args: argparse.Namespace, out: Out,
         head = (f"Swept {len(swept)} transaction(s)"
                 + (f": {', '.join(swept)}" if swept else "") + "; "
                 f"maintained {len(rows)} partition(s) in {d['elapsed_s']}s.")
-        return head + "\n" + render(rows, [
+        active = [r for r in rows if r["retained_from"] is not None or r["compacted_batches"]
+                  or r["dropped_aborted_batches"] or r["objects_deleted"]]
+        if not active:
+            return head + "\nNothing to retain, compact or delete."
+        idle = len(rows) - len(active)
+        return head + "\n" + render(active, [
             ("Topic", "topic"), ("Partition", "partition"),
             ("RetainedFrom", "retained_from"), ("CompactedBatches", "compacted_batches"),
             ("DroppedAborted", "dropped_aborted_batches"), ("Segments", "segments_written"),
-            ("ObjectsDeleted", "objects_deleted")]) if rows else head
+            ("ObjectsDeleted", "objects_deleted")]) + (
+            f"\n({idle} other partition(s): nothing to do)" if idle else "")
 
     out.emit(d, text)
     return 0
@@ -572,7 +578,8 @@ def cmd_describe(log: Any, args: argparse.Namespace, out: Out,
                           render(lat, [("Kind", "kind"), ("Count", "count"),
                                        ("MeanMs", "mean_ms"), ("P99Ms", "p99_ms"),
                                        ("MaxMs", "max_ms")])]
-            parts = [dict(partition=k, **v) for k, v in m["partitions"].items()]
+            parts = [dict(partition=k, **v) for k, v in m["partitions"].items()
+                     if v["high_watermark"] or not k.startswith("__")]
             lines += ["", "Partitions:", render(parts, [
                 ("TopicPartition", "partition"), ("LogStart", "log_start_offset"),
                 ("HighWatermark", "high_watermark"), ("LSO", "last_stable_offset"),
