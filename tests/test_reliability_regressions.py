@@ -7,7 +7,11 @@ from __future__ import annotations
 
 import uuid
 
+import pytest
+
 import txlog
+import txlog.producer
+from txlog.errors import ProducerFencedError
 from txlog.records import TopicPartition
 from txlog.storage.faults import FaultyStore
 
@@ -76,3 +80,46 @@ def test_committed_offsets_not_hidden_by_another_groups_open_transaction() -> No
     assert log.consumer(group_id="other-group").committed([tp]) == {tp: None}
     other.commit_transaction()
     assert log.consumer(group_id="other-group").committed([tp]) == {tp: 1}
+
+
+def test_instance_that_loses_the_completion_race_is_fenced() -> None:
+    """lost_write, aborted_read, torn_txn, inconsistent_offsets (torture seed 304, local,
+    race mode): instance A's commit wrote its markers; meanwhile a new instance B of the
+    same transactional.id rolled A's PrepareCommit forward and bumped the epoch for
+    itself.  A's own Complete* write then lost the race and A took the *current* epoch,
+    B's: two live instances shared one epoch, so neither fenced the other and their
+    transactions mixed.  A now keeps the epoch its transaction ended with, which B's
+    initialisation has already fenced."""
+    url = f"memory://regressions/{uuid.uuid4().hex}"
+    log_a, log_b = txlog.connect(url), txlog.connect(url)
+    log_a.create_topic("t", partitions=1)
+    a = log_a.producer(transactional_id="tx")
+    a.init_transactions()
+    a.begin_transaction()
+    a.send("t", value=b"a1", partition=0)
+    coord = log_a.coordinator
+    write_marker = coord.write_marker
+    started: list[txlog.producer.Producer] = []
+
+    def write_marker_then_new_instance(*args: object, **kw: object) -> None:
+        write_marker(*args, **kw)  # type: ignore[arg-type]
+        if not started:
+            b = log_b.producer(transactional_id="tx")
+            b.init_transactions()  # rolls A's PrepareCommit forward, then fences A
+            started.append(b)
+
+    coord.write_marker = write_marker_then_new_instance  # type: ignore[method-assign]
+    a.commit_transaction()  # committed (by B's roll-forward): a success for A
+    b = started[0]
+    assert (a.producer_id, a.epoch) != (b.producer_id, b.epoch)
+    b.begin_transaction()
+    b.send("t", value=b"b1", partition=0)
+    a.begin_transaction()
+    with pytest.raises(ProducerFencedError):
+        a.send("t", value=b"a2", partition=0)
+        a.flush()
+    b.commit_transaction()
+    c = log_b.consumer()
+    c.assign([TopicPartition("t", 0)])
+    c.seek_to_beginning()
+    assert [r.value for r in c.poll(max_records=100)] == [b"a1", b"b1"]

@@ -182,9 +182,14 @@ class Coordinator:
                                last_update_ms=now_ms())
         if part.compare_and_set(prep.txn_id, prep, done):
             return pid, epoch
-        cur = part.get(prep.txn_id)  # someone else completed it (same decision)
-        assert cur is not None
-        return cur.producer_id, cur.epoch
+        cur = part.get(prep.txn_id)
+        if cur is not None and cur.state in (COMPLETE_COMMIT, COMPLETE_ABORT) and \
+                (cur.prev_producer_id, cur.prev_epoch) == (prep.producer_id, prep.epoch):
+            return cur.producer_id, cur.epoch  # someone else completed it (same decision)
+        # A newer instance took over since (its init_producer_id rolled this transaction
+        # forward): never hand out its epoch, or two live instances would share it.  The
+        # epoch we return is already fenced.
+        return pid, epoch
 
     def write_marker(self, tp: TopicPartition, producer_id: int, epoch: int,
                      commit: bool) -> None:

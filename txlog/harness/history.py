@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,6 +29,7 @@ class Recorder:
         self.process = process
         self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         self._seq = 0
+        self._lock = threading.Lock()  # client threads of one process share a recorder
 
     def _write(self, event: dict[str, Any]) -> None:
         line = json.dumps(event, separators=(",", ":"), default=str) + "\n"
@@ -35,8 +37,9 @@ class Recorder:
 
     def invoke(self, f: str, value: dict[str, Any] | None = None) -> str:
         """Record an invocation; returns the operation id for :meth:`complete`."""
-        self._seq += 1
-        oid = f"{self.process}#{self._seq}"
+        with self._lock:
+            self._seq += 1
+            oid = f"{self.process}#{self._seq}"
         self._write({"type": "invoke", "process": self.process, "f": f, "id": oid,
                      "time": now_ms(), "value": value or {}})
         return oid

@@ -75,6 +75,9 @@ class HistoryConfig:
     grace: float = 30.0  # seconds past the end before stragglers are SIGKILLed
     settle_timeout: float | None = None  # default: 2 x txn timeout + 10 s
     keep: bool = False  # keep the history directory even when it is clean
+    #: The command that runs a worker (the spec file's path is appended).
+    worker_cmd: list[str] = field(
+        default_factory=lambda: [sys.executable, "-m", "txlog.harness.worker"])
 
     @property
     def dir(self) -> Path:
@@ -145,7 +148,7 @@ class _Run:
         spec_path.write_text(json.dumps(spec))
         with open(self.dir / f"{name}.{incarnation}.out", "wb") as out:
             popen = subprocess.Popen(
-                [sys.executable, "-m", "txlog.harness.worker", str(spec_path)],
+                [*self.cfg.worker_cmd, str(spec_path)],
                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                 start_new_session=True)
         p = _Proc(name, role, incarnation, popen, extra)

@@ -24,6 +24,7 @@ import json
 import os
 import random
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -73,6 +74,8 @@ class Worker:
         self.stats_path = spec.get("stats")
         self._ops = 0
         self._fenced = False
+        self._txn_no = 0
+        self._txn_lock = threading.Lock()
 
     # -- plumbing ------------------------------------------------------------------------
 
@@ -139,20 +142,54 @@ class Worker:
         """A zombie process ends once a newer instance fenced it (as a real one would)."""
         return bool(self.spec.get("exit_on_fence")) and self._fenced
 
+    def next_txn_no(self) -> int:
+        with self._txn_lock:
+            self._txn_no += 1
+            return self._txn_no
+
     def run_producer(self) -> None:
         prod = None
-        n = 0
         while not self.expired() and not self.fenced_out():
             if prod is None:
                 prod = self.new_producer(self.txn_id)
                 if prod is None:
                     self.pace(0.01, 0.05)
                     continue
-            n += 1
-            prod = self.producer_txn(prod, n)
+            if self.rng.random() < float(self.spec.get("race_rate", 0.04)):
+                prod = self.race(prod)
+            else:
+                prod = self.producer_txn(prod, self.next_txn_no())
             self.done_op()
 
-    def producer_txn(self, prod: Any, n: int) -> Any:
+    def race(self, prod: Any) -> Any:
+        """A newer instance of the transactional.id initialises while this one commits;
+        then, if both still think they are live, each runs a transaction at the same
+        time.  Only one of them may succeed with anything: the other must be fenced."""
+        holder: list[Any] = []
+        t = threading.Thread(target=lambda: holder.append(self.new_producer(self.txn_id)))
+        old = self.producer_txn(prod, self.next_txn_no(), mode="commit", on_commit=t.start)
+        if t.ident is None:  # the commit was never reached
+            t.start()
+        t.join()
+        new = holder[0] if holder else None
+        if new is None:
+            return old
+        if old is None or old is new:
+            return new
+        done: list[Any] = []
+        t2 = threading.Thread(target=lambda: done.append(
+            self.producer_txn(old, self.next_txn_no(), mode="commit")))
+        t2.start()
+        nxt = self.producer_txn(new, self.next_txn_no(), mode="commit")
+        t2.join()
+        try:
+            old.close()
+        except Exception:
+            pass
+        return nxt
+
+    def producer_txn(self, prod: Any, n: int, mode: str | None = None,
+                     on_commit: Any = None) -> Any:
         """One transaction; returns the producer to use next (None: make a new one)."""
         tag = f"{self.proc}:{n}"
         sends = self._plan_sends(tag)
@@ -163,7 +200,8 @@ class Worker:
             in_topic = self.spec.get("in_topic", "in")
             offsets = (group, TopicPartition(in_topic, 0), k)
             sends.append(["__consumer_offsets", None, f"ofs|{group}|{in_topic}|0|{k}"])
-        mode = self.rng.choices(["commit", "abort", "hang", "zombie"], [82, 10, 3, 5])[0]
+        if mode is None:
+            mode = self.rng.choices(["commit", "abort", "hang", "zombie"], [82, 10, 3, 5])[0]
         oid = self.rec.invoke("txn", {"txn_id": self.txn_id, "sends": sends, "mode": mode,
                                       "pid": prod.producer_id, "epoch": prod.epoch})
         futures: list[tuple[str, str, Any]] = []
@@ -197,6 +235,8 @@ class Worker:
                 prod.abort_transaction()
                 self.rec.complete(oid, "txn", "fail", None, "aborted by the client")
                 return nxt
+            if on_commit is not None:
+                on_commit()
             prod.commit_transaction()
         except Exception as exc:
             definite = isinstance(exc, DEFINITE_ABORT)
