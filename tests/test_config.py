@@ -79,7 +79,7 @@ def test_bad_values_and_files(tmp_path: Path) -> None:
 
 
 def test_non_config_variables_are_not_keys() -> None:
-    env = {"TXLOG_ROOT": "/x", "TXLOG_STORAGE_OPTIONS": "{}"}
+    env = {"TXLOG_ROOT": "/x", "TXLOG_STORAGE_OPTIONS": "{}", "TXLOG_TEST_BACKENDS": "memory"}
     assert load_config(env=env) == PLAIN_DEFAULTS
 
 
