@@ -437,21 +437,26 @@ def build_history(plog: Any, batches: int, *, shared_key: str, records_per_batch
     from txlog.model import DATA
     from txlog.partition_log import AppendSpec
 
+    real_store = plog.store
     if quick_store is not None:
         plog.store = quick_store
     t0 = perf()
-    for i in range(batches):
-        plog.append(AppendSpec(kind=DATA, count=records_per_batch, producer_id=producer_id,
-                               data=shared_key, nbytes=nbytes, ts_min=1, ts_max=1))
-        if report_every and (i + 1) % report_every == 0:
-            progress(f"  built {i + 1:,}/{batches:,} batches ({perf() - t0:.1f}s)")
+    try:
+        for i in range(batches):
+            plog.append(AppendSpec(kind=DATA, count=records_per_batch,
+                                   producer_id=producer_id, data=shared_key, nbytes=nbytes,
+                                   ts_min=1, ts_max=1))
+            if report_every and (i + 1) % report_every == 0:
+                progress(f"  built {i + 1:,}/{batches:,} batches ({perf() - t0:.1f}s)")
+    finally:
+        plog.store = real_store
 
 
 def quick_local_store(url: str) -> Any:
-    """A LocalStore over ``url`` without fsyncs, for building fixtures fast.
-
-    Creation stays atomic (hard link of a complete temp file): only durability against
-    power loss is given up, which a benchmark fixture does not need.
+    """A LocalStore over ``url`` for building fixtures fast, with a single writer and no
+    concurrent reader: put-if-absent is ``open(O_CREAT | O_EXCL)`` then write, without
+    fsyncs or a temp file.  Still exclusive, but a reader could see a half-written
+    object, so it is for building a fixture before the benchmark opens it, never more.
     """
     from txlog.storage import open_store
     from txlog.storage.local import LocalStore
@@ -460,24 +465,26 @@ def quick_local_store(url: str) -> Any:
     assert isinstance(base, LocalStore)
 
     class QuickLocalStore(LocalStore):
-        def _write_temp(self, final: str, data: bytes) -> str:
-            directory = os.path.dirname(final)
-            tmp = os.path.join(directory, f".tmp-{uuid.uuid4().hex}")
+        def put_if_absent(self, key: str, data: bytes) -> bool:
+            final = self._path(key)
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
             try:
-                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            except FileNotFoundError:
-                os.makedirs(directory, exist_ok=True)
-                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view):]
-            finally:
-                os.close(fd)
-            return tmp
-
-        @staticmethod
-        def _fsync_dir(directory: str) -> None:
-            return None
+                try:
+                    fd = os.open(final, flags, 0o644)
+                except FileNotFoundError:
+                    os.makedirs(os.path.dirname(final), exist_ok=True)
+                    fd = os.open(final, flags, 0o644)
+            except FileExistsError:
+                won = False
+            else:
+                won = True
+                try:
+                    view = memoryview(data)
+                    while view:
+                        view = view[os.write(fd, view):]
+                finally:
+                    os.close(fd)
+            self.counter.add("put_if_absent", len(data))
+            return won
 
     return QuickLocalStore(base.url, base.root)
