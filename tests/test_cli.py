@@ -20,6 +20,7 @@ import pytest
 
 import txlog
 from txlog.cli import build_parser, main, parse_duration_ms
+from txlog.tables import bytes_from_json, json_value, render
 
 ENV_DROP = ("TXLOG_CONF", "TXLOG_ROOT", "TXLOG_STORAGE_OPTIONS", "TXLOG_CRASH_AT")
 
@@ -141,6 +142,21 @@ def test_parse_duration() -> None:
     assert parse_duration_ms("2h") == 7_200_000
     with pytest.raises(argparse.ArgumentTypeError):
         parse_duration_ms("soon")
+
+
+def test_values_render_as_text_or_marked_base64() -> None:
+    assert json_value(b"caf\xc3\xa9") == "café"
+    assert json_value(b"\xff\x00") == {"base64": "/wA="}
+    assert json_value({"k": [b"\xff"]}) == {"k": [{"base64": "/w=="}]}
+    assert bytes_from_json({"base64": "/wA="}, "v") == b"\xff\x00"
+    assert bytes_from_json("café", "v") == "café".encode()
+    assert bytes_from_json({"a": 1}, "v") == b'{"a":1}'
+    assert bytes_from_json(None, "v") is None
+    with pytest.raises(ValueError, match="base64"):
+        bytes_from_json({"base64": "not base64!"}, "v")
+    table = render([{"a": 1, "b": None, "c": b"\xff"}, {"a": 22, "b": None, "c": "x"}],
+                   [("A", "a"), ("B", "b"), ("C", "c")])
+    assert table.splitlines() == ["A   B  C", " 1  -  base64:/w==", "22  -  x"]
 
 
 # -- errors ------------------------------------------------------------------------------

@@ -36,14 +36,18 @@ def render(rows: Sequence[Mapping[str, Any]], columns: Sequence[Column]) -> str:
     heads = [h for h, _ in columns]
     body: list[list[str]] = []
     numeric = [True] * len(columns)
+    seen_number = [False] * len(columns)
     for r in rows:
         line = []
         for n, (_, get) in enumerate(columns):
             v = get(r) if callable(get) else r.get(get)
-            if v is not None and not (isinstance(v, int) and not isinstance(v, bool)):
+            if isinstance(v, int) and not isinstance(v, bool):
+                seen_number[n] = True
+            elif v is not None:
                 numeric[n] = False
             line.append(cell(v))
         body.append(line)
+    numeric = [a and b for a, b in zip(numeric, seen_number, strict=True)]
     widths = [max([len(h)] + [len(line[n]) for line in body]) for n, h in enumerate(heads)]
 
     def fmt(values: list[str], header: bool = False) -> str:
