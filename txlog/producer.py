@@ -323,6 +323,9 @@ class Producer:
             tables = list(batch.tables)
             if batch.rows:
                 tables.append(self._rows_table(tp, batch.rows))
+            if len(tables) > 1:  # pieces may differ (null-typed or missing columns)
+                tables = [conform(t, info.schema, tp.topic, kafka_shaped=info.kafka_shaped)
+                          for t in tables]
             table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
             table = conform(table, info.schema, tp.topic, kafka_shaped=info.kafka_shaped)
             try:

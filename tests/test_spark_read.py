@@ -1,0 +1,527 @@
+"""The Spark reader (issue 5): format("txlog") batch + streaming, and the native path.
+
+Everything is compared with the Python consumer (auto_offset_reset="earliest"), which is
+the reference for what read_committed / read_uncommitted return.  One local[2] session
+serves the whole run (conftest's ``spark``); logs are small.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import sys
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+import spark_ext
+import txlog
+from spark_ext.options import ConfigError, parse_read_options
+from spark_ext.read_plan import group_slices, offsets_from_json, rate_limit
+from txlog.errors import ProducerFencedError, TxlogError
+from txlog.model import DATA
+from txlog.partition_log import AppendSpec
+from txlog.records import HEADER_TYPE, KAFKA_SCHEMA, TopicPartition, kafka_table
+
+pytestmark = pytest.mark.spark
+
+LONG_TXN = {"transaction.timeout.ms": 600_000}  # open transactions must stay open in tests
+
+Row = tuple[Any, ...]
+
+
+# --- building logs ----------------------------------------------------------------------
+
+
+def null_ts_table(values: list[str]) -> pa.Table:
+    n = len(values)
+    return pa.table([pa.nulls(n, pa.binary()), pa.array([v.encode() for v in values]),
+                     pa.nulls(n, HEADER_TYPE), pa.nulls(n, pa.timestamp("ms", tz="UTC"))],
+                    schema=KAFKA_SCHEMA)
+
+
+class LogBuilder:
+    """Randomized transactional traffic: committed, aborted, plain, open and fenced-late."""
+
+    def __init__(self, url: str, seed: int) -> None:
+        self.url = url
+        self.rng = random.Random(seed)
+        self.log = txlog.connect(url)
+        self.parts = {"events": 3, "other": 2}
+        for t, n in self.parts.items():
+            self.log.create_topic(t, partitions=n)
+        self.n = 0
+        self.written = 0  # data records appended (any status)
+
+    def _send(self, p: Any, k: int) -> None:
+        rng = self.rng
+        for _ in range(k):
+            topic = rng.choice(sorted(self.parts))
+            headers = None if rng.random() < 0.6 else [("h", f"{self.n}".encode()),
+                                                       ("n", None)]
+            ts = None if rng.random() < 0.3 else 1_600_000_000_000 + self.n
+            p.send(topic, f"v{self.n}".encode(), key=f"k{self.n % 7}".encode(),
+                   partition=rng.randrange(self.parts[topic]), headers=headers,
+                   timestamp_ms=ts)
+            self.n += 1
+            self.written += 1
+
+    def txn(self, p: Any, commit: bool) -> None:
+        p.begin_transaction()
+        self._send(p, self.rng.randint(1, 12))
+        if self.rng.random() < 0.3:  # a batch with null timestamps (timestampType 1)
+            rows = self.rng.randint(1, 3)
+            # (full Kafka columns: the producer concatenates before it conforms)
+            p.send_batch("events", null_ts_table([f"nts{self.n + i}" for i in range(rows)]),
+                         partition=self.rng.randrange(3))
+            self.n += rows
+            self.written += rows
+        p.flush()
+        if commit:
+            p.commit_transaction()
+        else:
+            p.abort_transaction()
+
+    def fenced_late(self, tid: str) -> Any:
+        """A zombie's batch after it was fenced, in a partition its transaction never
+        registered (it must never be visible nor hold the LSO)."""
+        z = self.log.producer(transactional_id=tid)
+        z.init_transactions()
+        z.begin_transaction()
+        z.send("events", b"zombie-registered", partition=0)
+        z.flush()
+        newer = self.log.producer(transactional_id=tid)
+        newer.init_transactions()  # fences z and aborts its transaction
+        with pytest.raises(ProducerFencedError):
+            z._append_now(TopicPartition("events", 0), kafka_table([(None, b"late0", None, 1)]))
+        plog = self.log.partition_log(TopicPartition("events", 1))
+        table = kafka_table([(b"z", f"late{i}".encode(), None, 5) for i in range(3)])
+        key, nbytes = plog.write_data(table)
+        plog.append(AppendSpec(kind=DATA, count=3, producer_id=z.producer_id, epoch=z.epoch,
+                               transactional=True, txn_id=tid, data=key, nbytes=nbytes,
+                               ts_min=5, ts_max=5))
+        self.written += 1 + 3
+        return newer
+
+    def random_traffic(self, steps: int) -> None:
+        producers = [self.log.producer(transactional_id=f"tx-{i}", **LONG_TXN)
+                     for i in range(2)]
+        for p in producers:
+            p.init_transactions()
+        plain = self.log.producer()
+        zombies = 0
+        for _ in range(steps):
+            r = self.rng.random()
+            p = self.rng.choice(producers)
+            if r < 0.5:
+                self.txn(p, commit=True)
+            elif r < 0.75:
+                self.txn(p, commit=False)
+            elif r < 0.88:
+                self._send(plain, self.rng.randint(1, 4))
+                plain.flush()
+            else:
+                zombies += 1
+                newer = self.fenced_late(f"zombie-{zombies}")
+                self.txn(newer, commit=self.rng.random() < 0.7)
+        if self.rng.random() < 0.7:  # an open transaction holding the LSO, data after it
+            o = self.log.producer(transactional_id="open", **LONG_TXN)
+            o.init_transactions()
+            o.begin_transaction()
+            self._send(o, 4)
+            o.flush()
+            self.txn(producers[0], commit=True)
+
+
+def consume(url: str, topics: list[str], isolation: str = "read_committed") -> list[Row]:
+    c = txlog.connect(url).consumer(isolation_level=isolation, auto_offset_reset="earliest")
+    c.subscribe(topics)
+    out: list[Row] = []
+    empty = 0
+    while empty < 2:
+        recs = c.poll(max_records=10_000)
+        empty = 0 if recs else empty + 1
+        out.extend((r.topic, r.partition, r.offset, r.key, r.value,
+                    tuple((k, v) for k, v in r.headers), r.timestamp) for r in recs)
+    return sorted(out)
+
+
+def spark_rows(df: Any) -> list[Row]:
+    rows = df.selectExpr("topic", "partition", "offset", "key", "value", "headers",
+                         "unix_millis(timestamp) AS ts").collect()
+    out = []
+    for r in rows:
+        headers = tuple((h["key"], None if h["value"] is None else bytes(h["value"]))
+                        for h in (r["headers"] or []))
+        out.append((r["topic"], r["partition"], r["offset"],
+                    None if r["key"] is None else bytes(r["key"]),
+                    None if r["value"] is None else bytes(r["value"]), headers, r["ts"]))
+    return sorted(out)
+
+
+def load(spark: Any, url: str, **options: str) -> Any:
+    r = spark.read.format("txlog").option("path", url)
+    for k, v in options.items():
+        r = r.option(k.replace("_", "."), v) if k == "isolation_level" else r.option(k, v)
+    return r.load()
+
+
+# --- pure planning (no Spark) -----------------------------------------------------------
+
+
+def test_parse_read_options_defaults_and_values() -> None:
+    ro = parse_read_options({"PATH": "/x", "subscribe": "a, b", "isolation.level":
+                             "READ_UNCOMMITTED", "maxOffsetsPerTrigger": "10",
+                             "startingOffsets": '{"a": {"0": 5, "1": -2}}'})
+    assert ro.topics == ("a", "b") and ro.isolation == "read_uncommitted"
+    assert ro.max_offsets_per_trigger == 10
+    assert ro.starting is not None and ro.starting.offsets == {"a": {0: 5, 1: -2}}
+    ro = parse_read_options({"path": "/x", "assign": '{"a": [1, 0]}',
+                             "storage_options": '{"anon": true}'})
+    assert ro.assign == {"a": (0, 1)} and ro.storage_options == {"anon": True}
+
+
+@pytest.mark.parametrize(("options", "needle"), [
+    ({"subscribe": "a", "bogus": "1"}, "bogus"),
+    ({"subscribe": "a", "kafka.bootstrap.servers": "h:9092"}, "kafka.bootstrap.servers"),
+    ({"topic": "a", "subscribe": "b"}, "exactly one"),
+    ({}, "exactly one"),
+    ({"subscribe": "a", "startingOffsets": "soon"}, "startingOffsets"),
+    ({"subscribe": "a", "startingOffsets": '{"a": {"0": -3}}'}, "startingOffsets"),
+    ({"subscribe": "a", "endingOffsets": '{"a": {"x": 1}}'}, "endingOffsets"),
+    ({"subscribe": "a", "isolation.level": "serializable"}, "isolation.level"),
+    ({"subscribe": "a", "maxOffsetsPerTrigger": "0"}, "maxOffsetsPerTrigger"),
+    ({"subscribe": "a", "failOnDataLoss": "maybe"}, "failOnDataLoss"),
+    ({"subscribe": "a", "storage_options": "{not json"}, "storage_options"),
+    ({"subscribe": "a", "startingTimestamp": "yesterday"}, "startingTimestamp"),
+    ({"subscribe": "a/../b"}, "subscribe"),
+    ({"assign": '{"a": "0"}'}, "assign"),
+])
+def test_bad_options_name_the_option(options: dict[str, str], needle: str) -> None:
+    with pytest.raises(ConfigError, match=needle.replace(".", r"\.")):
+        parse_read_options({"path": "/x", **options})
+
+
+def test_path_required_and_query_kind_checks() -> None:
+    with pytest.raises(ConfigError, match="path"):
+        parse_read_options({"subscribe": "a"})
+    with pytest.raises(ConfigError, match="startingOffsets"):
+        parse_read_options({"path": "/x", "subscribe": "a", "startingOffsets": "latest"},
+                           streaming=False)
+    with pytest.raises(ConfigError, match="endingOffsets"):
+        parse_read_options({"path": "/x", "subscribe": "a", "endingOffsets": "latest"},
+                           streaming=True)
+    assert issubclass(ConfigError, TxlogError)
+
+
+def test_rate_limit_and_offsets_json() -> None:
+    a, b = TopicPartition("t", 0), TopicPartition("t", 1)
+    assert rate_limit({a: 0, b: 0}, {a: 100, b: 300}, 40) == {a: 10, b: 30}
+    assert rate_limit({a: 0, b: 0}, {a: 1, b: 1000}, 10) == {a: 1, b: 9}
+    assert rate_limit({a: 5, b: 0}, {a: 5, b: 3}, 10) == {a: 5, b: 3}
+    assert offsets_from_json({"t": {"0": 4}, "u/2": 7}) == {a: 4, TopicPartition("u", 2): 7}
+
+
+def test_group_slices_packs_small_and_splits_large() -> None:
+    from spark_ext.read_plan import FileSlice
+
+    small = [FileSlice(f"k{i}", "t", i % 4, 0, 0, 10, 0, 1000) for i in range(40)]
+    assert len(group_slices(small, min_partitions=None, max_partition_bytes=10**9)) == 1
+    assert len(group_slices(small, min_partitions=4, max_partition_bytes=10**9)) == 4
+    big = [FileSlice(f"k{i}", "t", 0, 0, 0, 10, 0, 50 << 20) for i in range(8)]
+    groups = group_slices(big, min_partitions=None, max_partition_bytes=128 << 20)
+    assert len(groups) == 4 and sum(len(g) for g in groups) == 8
+
+
+# --- batch reads ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", [11, 2024, 777])
+def test_batch_read_matches_consumer(spark: Any, tmp_path: Path, seed: int) -> None:
+    print(f"randomized log seed={seed}")
+    b = LogBuilder(str(tmp_path / "lake"), seed)
+    b.random_traffic(steps=10)
+    topics = ["events", "other"]
+    spark_rc = spark_rows(load(spark, b.url, subscribe="events,other"))
+    native_rc = spark_rows(spark_ext.read(spark, b.url, subscribe="events,other"))
+    expected_rc = consume(b.url, topics)
+    assert spark_rc == expected_rc, f"seed={seed}"
+    assert native_rc == expected_rc, f"seed={seed}"
+
+    spark_ru = spark_rows(load(spark, b.url, subscribePattern="ev.*|oth.*",
+                               isolation_level="read_uncommitted"))
+    native_ru = spark_rows(spark_ext.read(spark, b.url, subscribe="events,other",
+                                          isolation_level="read_uncommitted"))
+    expected_ru = consume(b.url, topics, "read_uncommitted")
+    assert spark_ru == expected_ru == native_ru, f"seed={seed}"
+    assert len(spark_ru) == b.written, f"seed={seed}"
+    assert set(spark_rc) <= set(spark_ru)
+
+
+def test_schema_columns_and_timestamp_type(spark: Any, tmp_path: Path) -> None:
+    url = str(tmp_path / "lake")
+    log = txlog.connect(url)
+    log.create_topic("k", partitions=1)
+    p = log.producer()
+    p.send("k", b"a", key=b"x", headers=[("h", b"1")], timestamp_ms=1234)
+    p.send_batch("k", null_ts_table(["b"]))
+    p.flush()
+    df = load(spark, url, topic="k")
+    assert df.columns == ["key", "value", "topic", "partition", "offset", "timestamp",
+                          "timestampType", "headers"]
+    native = spark_ext.read(spark, url, topic="k")
+    assert native.columns == df.columns
+    assert [f.dataType for f in native.schema.fields] == [f.dataType for f in df.schema.fields]
+    rows = df.orderBy("offset").selectExpr("offset", "timestampType",
+                                           "unix_millis(timestamp) AS ts").collect()
+    append_ms = txlog.connect(url).partition_log(TopicPartition("k", 0)).refresh() \
+        .batches.append_ms
+    assert [(r.offset, r.timestampType) for r in rows] == [(0, 0), (1, 1)]
+    assert rows[0].ts == 1234 and rows[1].ts in append_ms
+    no_headers = load(spark, url, topic="k", includeHeaders="false")
+    assert "headers" not in no_headers.columns and no_headers.count() == 2
+    # A user-given schema that is not ours is refused with a clear message.
+    with pytest.raises(Exception, match="fixed schema"):
+        spark.read.format("txlog").schema("value string").option("path", url) \
+            .option("topic", "k").load().collect()
+
+
+def test_typed_topic(spark: Any, tmp_path: Path) -> None:
+    url = str(tmp_path / "lake")
+    log = txlog.connect(url)
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), ("name", pa.string()),
+                        ("score", pa.float64())])
+    log.create_topic("typed", partitions=2, schema=schema)
+    p = log.producer(transactional_id="typed-tx")
+    p.init_transactions()
+    for i, commit in enumerate([True, False, True]):
+        p.begin_transaction()
+        for j in range(5):
+            p.send("typed", {"id": i * 10 + j, "name": None if j == 3 else f"n{j}",
+                             "score": j / 2}, partition=j % 2)
+        p.flush()
+        p.commit_transaction() if commit else p.abort_transaction()
+    df = load(spark, url, topic="typed")
+    assert df.columns == ["id", "name", "score", "topic", "partition", "offset", "timestamp"]
+    assert not df.schema["id"].nullable and not df.schema["offset"].nullable
+    c = txlog.connect(url).consumer(auto_offset_reset="earliest")
+    c.subscribe(["typed"])
+    expected = sorted((r.partition, r.offset, r.value["id"], r.value["name"], r.value["score"],
+                       r.timestamp) for r in c.poll(max_records=1000))
+    for frame in (df, spark_ext.read(spark, url, topic="typed")):
+        got = sorted(tuple(r) for r in frame.selectExpr(
+            "partition", "offset", "id", "name", "score", "unix_millis(timestamp)").collect())
+        assert got == expected
+    assert len(expected) == 10
+
+
+def test_offset_ranges_and_timestamps(spark: Any, tmp_path: Path) -> None:
+    url = str(tmp_path / "lake")
+    log = txlog.connect(url)
+    log.create_topic("r", partitions=2)
+    p = log.producer(transactional_id="r-tx")
+    p.init_transactions()
+    n = 0
+    for i in range(6):
+        p.begin_transaction()
+        for j in range(4):
+            p.send("r", f"v{n}".encode(), partition=j % 2, timestamp_ms=10_000 + 100 * n)
+            n += 1
+        p.flush()
+        p.commit_transaction() if i != 2 else p.abort_transaction()
+    everything = consume(url, ["r"])
+    assert len(everything) == 20
+
+    def both(**opts: str) -> list[Row]:
+        if "assign" not in opts:
+            opts["subscribe"] = "r"
+        a = spark_rows(load(spark, url, **opts))
+        b = spark_rows(spark_ext.read(spark, url, **opts))
+        assert a == b, opts
+        return a
+
+    got = both(startingOffsets='{"r": {"0": 3, "1": -2}}',
+               endingOffsets='{"r": {"0": 9, "1": -1}}')
+    assert got == [r for r in everything if r[1] == 1 or 3 <= r[2] < 9]
+    got = both(assign='{"r": [1]}', startingOffsets='{"r": {"1": 4}}')
+    assert got == [r for r in everything if r[1] == 1 and r[2] >= 4]
+    t0 = 10_000 + 100 * 13
+    got = both(startingTimestamp=str(t0))
+    assert got == [r for r in everything if r[6] >= t0]
+    got = both(startingTimestamp=str(t0 - 50), endingTimestamp=str(t0 + 600))
+    assert got == [r for r in everything if t0 - 50 <= r[6] < t0 + 600]
+    with pytest.raises(Exception, match="startingOffsetsByTimestampStrategy"):
+        both(startingTimestamp="99999999999999")
+    assert both(startingTimestamp="99999999999999",
+                startingOffsetsByTimestampStrategy="latest") == []
+    # Offsets from the JSON that the query does not read are named.
+    with pytest.raises(Exception, match="r-7"):
+        both(startingOffsets='{"r": {"7": 0}}')
+
+
+def test_bad_options_fail_at_load_with_the_cause(spark: Any, tmp_path: Path) -> None:
+    url = str(tmp_path / "lake")
+    txlog.connect(url).create_topic("b", partitions=1)
+    cases = [({"topic": "b", "startingOfsets": "earliest"}, "startingOfsets"),
+             ({"topic": "b", "isolation.level": "dirty"}, "isolation.level"),
+             ({"topic": "nope"}, "unknown topic 'nope'"),
+             ({"topic": "b", "startingOffsets": "latest"}, "startingOffsets")]
+    for opts, needle in cases:
+        r = spark.read.format("txlog").option("path", url)
+        for k, v in opts.items():
+            r = r.option(k, v)
+        with pytest.raises(Exception) as info:
+            r.load().collect()
+        msg = str(info.value)
+        assert needle.lower() in msg.lower(), msg  # Spark lowercases option names
+        assert "Error" in msg  # the txlog error class appears, not a bare Java trace
+        with pytest.raises(TxlogError, match="(?i)" + needle.replace(".", r"\.")):
+            spark_ext.read(spark, url, options=opts)
+
+
+def test_discoverable_as_pyspark_module() -> None:
+    """pyspark imports top-level ``pyspark_*`` modules and registers their DefaultSource."""
+    import importlib
+    import pkgutil
+
+    from pyspark.sql.datasource import DataSource
+
+    root = str(Path(__file__).resolve().parents[1])
+    found = [m.name for m in pkgutil.iter_modules([root]) if m.name.startswith("pyspark_")]
+    assert "pyspark_txlog" in found
+    sys.path.insert(0, root)
+    try:
+        mod = importlib.import_module("pyspark_txlog")
+    finally:
+        sys.path.remove(root)
+    assert issubclass(mod.DefaultSource, DataSource) and mod.DefaultSource.name() == "txlog"
+
+
+# --- streaming --------------------------------------------------------------------------
+
+
+class FileSink:
+    """foreachBatch sink: one JSON file per batch id (a replayed batch overwrites)."""
+
+    def __init__(self, out: Path) -> None:
+        self.out = out
+        out.mkdir(parents=True, exist_ok=True)
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        rows = [[r["topic"], r["partition"], r["offset"], r["value"].decode()]
+                for r in df.selectExpr("topic", "partition", "offset", "value").collect()]
+        tmp = self.out / f".b{batch_id}.tmp"
+        tmp.write_text(json.dumps(rows))
+        os.replace(tmp, self.out / f"batch-{batch_id:05d}.json")
+
+    def batches(self) -> list[list[list[Any]]]:
+        return [json.loads(f.read_text()) for f in sorted(self.out.glob("batch-*.json"))]
+
+    def rows(self) -> list[tuple[Any, ...]]:
+        return [tuple(r) for b in self.batches() for r in b]
+
+
+def _stream(spark: Any, url: str, ckpt: Path, sink: FileSink, **opts: str) -> Any:
+    r = spark.readStream.format("txlog").option("path", url)
+    for k, v in opts.items():
+        r = r.option(k, v)
+    return r.load().writeStream.foreachBatch(sink).option(
+        "checkpointLocation", str(ckpt))
+
+
+def _committed_keys(url: str, topics: list[str]) -> list[tuple[Any, ...]]:
+    return sorted((t, p, o, v.decode()) for t, p, o, _k, v, _h, _ts in consume(url, topics))
+
+
+def test_stream_restart_exactly_once_and_lso(spark: Any, tmp_path: Path) -> None:
+    url = str(tmp_path / "lake")
+    b = LogBuilder(url, seed=5)
+    b.rng = random.Random(5)
+    a = b.log.producer(transactional_id="s-a", **LONG_TXN)
+    a.init_transactions()
+    for commit in (True, False, True, True):
+        b.txn(a, commit)
+    sink = FileSink(tmp_path / "out")
+    ckpt = tmp_path / "ckpt"
+    opts = {"subscribe": "events,other", "startingOffsets": "earliest",
+            "maxOffsetsPerTrigger": "7"}
+
+    q = _stream(spark, url, ckpt, sink, **opts).start()
+    q.processAllAvailable()
+    q.stop()
+    first = sink.rows()
+    assert sorted(first) == _committed_keys(url, ["events", "other"])
+    n_batches = len(sink.batches())
+    assert n_batches >= 2 and max(len(x) for x in sink.batches()) <= 7
+
+    # More traffic while stopped: aborted, committed, an open transaction with committed
+    # data after it (past the LSO of the partitions it touched).
+    b.txn(a, commit=False)
+    b.txn(a, commit=True)
+    o = b.log.producer(transactional_id="s-open", **LONG_TXN)
+    o.init_transactions()
+    o.begin_transaction()
+    for part in range(3):
+        o.send("events", b"open", partition=part)
+    o.flush()
+    b.txn(a, commit=True)
+
+    q = _stream(spark, url, ckpt, sink, **opts).start()
+    q.processAllAvailable()
+    q.stop()
+    rows = sink.rows()
+    assert len(rows) == len(set(rows)), "a record was delivered twice"
+    expected = _committed_keys(url, ["events", "other"])  # the consumer stops at the LSO
+    assert sorted(rows) == expected
+    lso = {p: b.log.partition_log(TopicPartition("events", p)).refresh().last_stable_offset
+           for p in range(3)}
+    assert all(o_ < lso[p] for t, p, o_, _ in rows if t == "events")
+
+    # The open transaction commits: exactly the rest arrives, once.
+    o.commit_transaction()
+    q = _stream(spark, url, ckpt, sink, **opts).start()
+    q.processAllAvailable()
+    q.stop()
+    rows = sink.rows()
+    assert len(rows) == len(set(rows))
+    assert sorted(rows) == _committed_keys(url, ["events", "other"])
+    assert sum(1 for r in rows if r[3] == "open") == 3
+
+
+def test_available_now_terminates(spark: Any, tmp_path: Path) -> None:
+    url = str(tmp_path / "lake")
+    b = LogBuilder(url, seed=9)
+    b.random_traffic(steps=6)
+    sink = FileSink(tmp_path / "out")
+    q = (_stream(spark, url, tmp_path / "ckpt", sink, subscribe="events,other",
+                 startingOffsets="earliest", maxOffsetsPerTrigger="5")
+         .trigger(availableNow=True).start())
+    assert q.awaitTermination(300), "AvailableNow query did not terminate"
+    assert q.exception() is None
+    rows = sink.rows()
+    assert len(rows) == len(set(rows))
+    assert sorted(rows) == _committed_keys(url, ["events", "other"])
+
+
+def test_stream_starts_at_latest_by_default(spark: Any, tmp_path: Path) -> None:
+    url = str(tmp_path / "lake")
+    log = txlog.connect(url)
+    log.create_topic("l", partitions=1)
+    p = log.producer()
+    p.send("l", b"before")
+    p.flush()
+    sink = FileSink(tmp_path / "out")
+    q = _stream(spark, url, tmp_path / "ckpt", sink, topic="l").start()
+    q.processAllAvailable()
+    p.send("l", b"after")
+    p.flush()
+    q.processAllAvailable()
+    q.stop()
+    assert [r[3] for r in sink.rows()] == ["after"]
+    with pytest.raises(Exception, match="endingOffsets"):
+        q = _stream(spark, url, tmp_path / "ckpt2", sink, topic="l",
+                    endingOffsets="latest").start()
+        q.processAllAvailable()
