@@ -195,7 +195,9 @@ class Coordinator:
                      commit: bool) -> None:
         """Append a COMMIT/ABORT marker for (producer_id, epoch) unless one already acts."""
         plog = self.log.partition_log(tp)
-        st = plog.refresh()
+        # The cached state suffices: a decided transaction stays decided, and append()
+        # re-reads the tail and re-checks for another marker if its slot was taken.
+        st = plog.current()
         if (producer_id, epoch) not in st.open_txns and \
                 st.fence_epoch.get(producer_id, -1) >= epoch:
             return

@@ -118,7 +118,10 @@ class StateLogPartition:
 
     def _compare_and_set(self, txn_id: str, expected: TxnRecord | None,
                          new: TxnRecord) -> bool:
-        self.refresh()
+        # No re-read first: the put-if-absent of the cached next slot fails if anyone
+        # wrote since, and then we re-read and compare again (callers just read).
+        if not self.loaded:
+            self.refresh()
         while True:
             if self.records.get(txn_id) != expected:
                 return False
