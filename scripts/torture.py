@@ -139,11 +139,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{k:<24}{n:>8}")
     print("-" * 32)
     inj = totals["injected"]
+    by_kind = ", ".join(f"{k} {v}" for k, v in sorted(inj.items()))
     print(f"histories {totals['histories']}, operations {totals['operations']}, transactions "
           f"{totals['transactions']} (committed {totals['committed']}), polls "
           f"{totals['polls']}, kills {totals['kills']}, zombies {totals['zombies']}, "
-          f"injected faults {sum(inj.values())} ({', '.join(f'{k} {v}' for k, v in sorted(inj.items()))}); "
-          f"{elapsed:.0f} s on {args.store}")
+          f"injected faults {sum(inj.values())} ({by_kind}); {elapsed:.0f} s on {args.store}")
     if failing:
         print("failing seeds (replay: scripts/torture.py --histories 1 --seed SEED "
               f"--store {args.store}):")

@@ -104,7 +104,7 @@ def decode_checkpoint(raw: bytes, where: str) -> PartitionState:
                                                    [tuple(r) for r in recent],  # type: ignore[misc]
                                                    last_ms)
         st.aborted = [AbortedTxn(*a) for a in meta["aborted"]]
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:
         raise CorruptObjectError(f"checkpoint {where} has invalid contents ({exc})") from None
     if len(st.batches.data) and any(x is None for x in st.batches.base_offset):
         raise CorruptObjectError(f"checkpoint {where} has null offsets")

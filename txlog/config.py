@@ -85,7 +85,7 @@ def load_config(explicit: Mapping[str, Any] | None = None,
                 data = tomllib.load(f)
         except OSError as exc:
             raise ConfigError(f"cannot read TXLOG_CONF file {path!r}: {exc}") from None
-        except tomllib.TOMLDecodeError as exc:
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise ConfigError(f"TXLOG_CONF file {path!r} is not valid TOML: {exc}") from None
         for k, v in _flatten(data).items():
             cfg[k] = _coerce(k, v)

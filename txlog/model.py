@@ -76,7 +76,7 @@ def decode_entry(raw: bytes, where: str) -> Entry:
     """Decode an entry object; ``where`` names it in errors."""
     try:
         d = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise CorruptObjectError(
             f"log entry {where} is not valid JSON ({exc}); it may be truncated or corrupt. "
             "Restore it from a backup or remove the partition's tail after it."
@@ -97,7 +97,9 @@ def decode_entry(raw: bytes, where: str) -> Entry:
     except TypeError as exc:
         raise CorruptObjectError(f"log entry {where} is missing fields: {exc}") from None
     if (
-        e.kind not in KINDS
+        not isinstance(e.kind, str)
+        or e.kind not in KINDS
+        or not _valid_types(e)
         or not isinstance(e.slot, int)
         or not isinstance(e.base_offset, int)
         or not isinstance(e.count, int)
@@ -109,6 +111,20 @@ def decode_entry(raw: bytes, where: str) -> Entry:
     ):
         raise CorruptObjectError(f"log entry {where} has invalid field values")
     return e
+
+
+_INT_FIELDS = ("slot", "base_offset", "count", "producer_id", "epoch", "base_sequence",
+               "nbytes", "ts_min", "ts_max", "append_ms")
+
+
+def _valid_types(e: Entry) -> bool:
+    """Every field has its declared type (replay must never meet a string epoch)."""
+    return (all(type(getattr(e, f)) is int for f in _INT_FIELDS)
+            and isinstance(e.transactional, bool)
+            and (e.txn_id is None or isinstance(e.txn_id, str))
+            and (e.data is None or isinstance(e.data, str))
+            and (e.log_start_offset is None or type(e.log_start_offset) is int)
+            and isinstance(e.token, str))
 
 
 def _valid_compaction(x: Any) -> bool:

@@ -84,8 +84,10 @@ class PartitionLog:
         """Latest readable checkpoint plus the entries after it (never the whole history)."""
         with self._lock:
             st = self._load_checkpoint()
-            self._read_tail(st)
+            # Kept even if the tail read fails: the entries applied before a damaged one
+            # are a valid prefix, so committed data below it stays readable (plan_read).
             self.state = st
+            self._read_tail(st)
             return st
 
     def refresh(self) -> PartitionState:

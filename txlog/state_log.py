@@ -67,6 +67,9 @@ class StateLogPartition:
             self._apply(self._decode(self.store.get(key), key), slot)
 
     def _apply(self, d: dict[str, Any], slot: int) -> None:
+        if not isinstance(d.get("record"), dict):
+            raise CorruptObjectError(
+                f"state-log object {self._entry_key(slot)} holds no transaction record")
         rec = TxnRecord.from_json(d["record"], self._entry_key(slot))
         self.records[rec.txn_id] = rec
         self.next_slot = slot + 1
@@ -75,7 +78,7 @@ class StateLogPartition:
     def _decode(raw: bytes, where: str) -> dict[str, Any]:
         try:
             d = json.loads(raw)
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):
             raise CorruptObjectError(
                 f"state-log object {where} is not valid JSON (truncated or corrupt)"
             ) from None
@@ -98,7 +101,8 @@ class StateLogPartition:
                 return
             except ObjectNotFoundError:
                 continue
-            except (CorruptObjectError, KeyError, TypeError, ValueError) as exc:
+            except (CorruptObjectError, KeyError, TypeError, ValueError, AttributeError,
+                    OverflowError) as exc:
                 log.warning("ignoring unreadable state-log checkpoint %s: %s", key, exc)
         self.records, self.next_slot = {}, 0
 

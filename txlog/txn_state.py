@@ -84,6 +84,8 @@ class TxnRecord:
 
     @staticmethod
     def from_json(d: dict[str, Any], where: str) -> TxnRecord:
+        if not isinstance(d, dict):
+            raise CorruptObjectError(f"transaction record in {where} is not a JSON object")
         v = d.get("v")
         if not isinstance(v, int):
             raise CorruptObjectError(f"transaction record in {where} has no format version")
@@ -103,7 +105,7 @@ class TxnRecord:
                 abort_reason=str(d.get("abort_reason", "")),
                 extra=dict(d.get("extra") or {}),
             )
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:
             raise CorruptObjectError(f"transaction record in {where} is invalid: {exc}") from None
         if rec.state not in STATES:
             raise CorruptObjectError(f"transaction record in {where} has state {rec.state!r}")
