@@ -302,6 +302,19 @@ def _pause_point(point: str) -> None:
         time.sleep(0.02)
 
 
+def _fail_point(topic: str | None, attempt: int) -> None:
+    """Test hook: TXLOG_TEST_FAIL_STAGED="topic:first,other:always" fails a task right after
+    it staged its files (every first attempt, or every attempt) for that topic."""
+    raw = os.environ.get("TXLOG_TEST_FAIL_STAGED")
+    if not raw or topic is None:
+        return
+    for item in raw.split(","):
+        t, _, mode = item.strip().partition(":")
+        if t == topic and (mode == "always" or (mode == "first" and attempt == 0)):
+            raise RuntimeError(
+                f"TXLOG_TEST_FAIL_STAGED: task attempt {attempt} fails after staging")
+
+
 def _say(msg: str) -> None:
     """Warnings from the driver-side worker that runs commit(): Spark shows that worker's
     stderr on the driver's console (and its log), so print there; log too when logging is
@@ -453,7 +466,36 @@ def _stage_task(spec: StageSpec, iterator: Iterator[pa.RecordBatch]) -> tuple[li
                                                                                 int, int]:
     task, attempt_id, attempt = staging.task_identity()
     files = staging.stage(spec, iterator, task=task, attempt_id=attempt_id, attempt=attempt)
+    _fail_point(spec.topic, attempt)
     return files, task, attempt
+
+
+def sweep_staging(lg: Log, topic: str, *, older_than_ms: int = 24 * 3600 * 1000) -> int:
+    """Maintenance: delete staged objects of ``topic`` that no batch of its log references,
+    in staging folders older than ``older_than_ms``.
+
+    Needed only after a driver died in the middle of a commit (its staging folder was never
+    swept) or a straggling task attempt wrote after its job finished.  Folders are dated by
+    their staging id, so recent writes are never touched.  Returns how many were deleted.
+    """
+    root = layout.staging_prefix(topic, "x")[: -len("x/")]
+    cutoff = now_ms() - older_than_ms
+    keys = lg.store.list(root)
+    old = []
+    for k in keys:
+        folder = k[len(root):].split("/", 1)[0]
+        try:
+            born = int(folder.split("-", 1)[0])
+        except ValueError:
+            continue
+        if born < cutoff:
+            old.append(k)
+    if not old:
+        return 0
+    referenced: set[str] = set()
+    for tp in lg.partitions_for(topic):
+        referenced.update(lg.partition_log(tp).refresh().batches.data)
+    return _delete_quietly(lg, [k for k in old if k not in referenced])
 
 
 class TxlogBatchWriter(DataSourceArrowWriter):

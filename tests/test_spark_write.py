@@ -1,0 +1,437 @@
+"""The Spark writer on a real local Spark session (issue 6).
+
+In-process tests share the run's ``spark`` fixture.  Crash and retry tests need their own
+driver (a process to SIGKILL, or ``local[2,4]`` so that a task may fail and be retried):
+they run this file as a child script (``python tests/test_spark_write.py <scenario> ...``)
+and steer it with the writer's test hooks (TXLOG_TEST_PAUSE_* stops a commit at a chosen
+point until the child is killed; TXLOG_TEST_FAIL_STAGED fails tasks after staging).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import txlog
+from txlog import TopicPartition
+from txlog.app_versions import committed_app_version
+from txlog.partitioner import partition_for_key
+
+pytestmark = pytest.mark.spark
+
+HERE = Path(__file__).resolve()
+REPO = HERE.parent.parent
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+
+def read_all(lg: txlog.Log, topic: str) -> list[txlog.Record]:
+    c = lg.consumer(isolation_level="read_committed")
+    c.assign(lg.partitions_for(topic))
+    c.seek_to_beginning()
+    out: list[txlog.Record] = []
+    while True:
+        got = c.poll(max_records=100_000)
+        if not got:
+            return out
+        out.extend(got)
+
+
+def staged_objects(root: str, topic: str) -> list[str]:
+    base = Path(root) / "topics" / topic / "_staging"
+    if not base.exists():
+        return []
+    return sorted(str(p.relative_to(root)) for p in base.rglob("*") if p.is_file())
+
+
+def referenced(lg: txlog.Log, topic: str) -> set[str]:
+    out: set[str] = set()
+    for tp in lg.partitions_for(topic):
+        out.update(lg.partition_log(tp).refresh().batches.data)
+    return out
+
+
+def write(df: Any, root: str, topic: str, **options: Any) -> None:
+    w = df.write.format("txlog").option("path", root).option("topic", topic)
+    for k, v in options.items():
+        w = w.option(k, v)
+    w.mode("append").save()
+
+
+# -- in-process tests --------------------------------------------------------------------------
+
+
+def test_job_is_one_transaction_over_every_partition(spark: Any, tmp_path: Path) -> None:
+    from pyspark.sql import functions as F
+
+    root = str(tmp_path / "lake")
+    lg = txlog.connect(root)
+    lg.create_topic("events", partitions=3)
+    df = (spark.range(0, 300, numPartitions=3)
+          .select(F.concat(F.lit("k"), F.col("id").cast("string")).alias("key"),
+                  F.concat(F.lit("v"), F.col("id").cast("string")).alias("value"),
+                  F.array(F.struct(F.lit("h").alias("key"),
+                                   F.col("id").cast("string").cast("binary").alias("value")))
+                  .alias("headers"),
+                  F.timestamp_millis(F.lit(1_700_000_000_000) + F.col("id")).alias("timestamp")))
+    write(df, root, "events")
+
+    recs = read_all(lg, "events")
+    assert sorted(r.value for r in recs) == sorted(f"v{i}".encode() for i in range(300))
+    for r in recs:
+        i = int(r.value[1:])
+        assert r.key == f"k{i}".encode()
+        assert r.partition == partition_for_key(r.key, 3)  # Kafka's murmur2 placement
+        assert r.headers == [("h", str(i).encode())]
+        assert r.timestamp == 1_700_000_000_000 + i
+    # One transaction: every batch of every partition has the same producer id and epoch.
+    owners = set()
+    for tp in lg.partitions_for("events"):
+        b = lg.partition_log(tp).refresh().batches
+        owners.update(zip(b.producer_id, b.epoch, strict=True))
+        assert len(b) >= 1
+    assert len(owners) == 1
+    # Committing copied nothing: the log references the staged objects, and nothing else
+    # is left in staging.
+    assert set(staged_objects(root, "events")) == referenced(lg, "events")
+
+
+def test_schema_mismatch_fails_before_anything_is_staged(spark: Any, tmp_path: Path) -> None:
+    import pyarrow as pa
+
+    root = str(tmp_path / "lake")
+    lg = txlog.connect(root)
+    lg.create_topic("kafka", partitions=2)
+    lg.create_topic("typed", partitions=2,
+                    schema=pa.schema([pa.field("id", pa.int64(), nullable=False),
+                                      pa.field("name", pa.string())]))
+    cases = [
+        ("kafka", spark.range(5).selectExpr("id as value"), "column 'value' of type int64"),
+        ("kafka", spark.range(5).selectExpr("cast(id as string) as key"), "'value'"),
+        ("kafka", spark.range(5).selectExpr("'x' as value", "1 as extra"), "extra"),
+        ("typed", spark.range(5).selectExpr("'n' as name"), "missing columns ['id']"),
+        ("typed", spark.range(5).selectExpr("id", "'n' as name", "2.5 as score"), "score"),
+    ]
+    for topic, df, needle in cases:
+        with pytest.raises(Exception, match="SchemaMismatchError") as info:
+            write(df, root, topic)
+        assert needle in str(info.value)
+    with pytest.raises(Exception, match="append-only"):
+        (spark.range(1).selectExpr("'x' as value").write.format("txlog")
+         .option("path", root).option("topic", "kafka").mode("overwrite").save())
+    assert staged_objects(root, "kafka") == [] and staged_objects(root, "typed") == []
+    assert all(lg.partition_log(tp).refresh().high_watermark == 0
+               for t in ("kafka", "typed") for tp in lg.partitions_for(t))
+
+
+def test_typed_topic_explicit_partitions_and_topic_column(spark: Any, tmp_path: Path) -> None:
+    import pyarrow as pa
+
+    root = str(tmp_path / "lake")
+    lg = txlog.connect(root)
+    lg.create_topic("typed", partitions=4,
+                    schema=pa.schema([pa.field("id", pa.int64(), nullable=False),
+                                      pa.field("name", pa.string())]))
+    df = spark.range(0, 40, numPartitions=2).selectExpr(
+        "id", "concat('n', id) as name", "cast(id % 4 as int) as partition")
+    write(df, root, "typed")
+    recs = read_all(lg, "typed")
+    assert sorted(r.value["id"] for r in recs) == list(range(40))
+    assert all(r.partition == r.value["id"] % 4 for r in recs)
+
+    # Rows naming their topics (no 'topic' option): one transaction over both topics.
+    lg.create_topic("a", partitions=1)
+    lg.create_topic("b", partitions=2)
+    df = spark.range(0, 10, numPartitions=2).selectExpr(
+        "if(id % 2 = 0, 'a', 'b') as topic", "cast(id as string) as value")
+    (df.write.format("txlog").option("path", root).mode("append").save())
+    assert sorted(int(r.value) for r in read_all(lg, "a")) == [0, 2, 4, 6, 8]
+    assert sorted(int(r.value) for r in read_all(lg, "b")) == [1, 3, 5, 7, 9]
+    assert set(staged_objects(root, "b")) == referenced(lg, "b")
+
+
+def test_txn_app_version_reruns_commit_nothing(spark: Any, tmp_path: Path) -> None:
+    root = str(tmp_path / "lake")
+    lg = txlog.connect(root)
+    lg.create_topic("backfill", partitions=2)
+
+    def chunk(v: int) -> Any:
+        return spark.range(v * 100, v * 100 + 50, numPartitions=2).selectExpr(
+            "cast(id as string) as key", "cast(id as string) as value")
+
+    for v in (1, 2, 1, 2, 0):  # a re-run from the top, then an older version
+        write(chunk(v), root, "backfill", txnAppId="daily", txnVersion=str(v))
+    values = sorted(int(r.value) for r in read_all(lg, "backfill"))
+    assert values == list(range(100, 150)) + list(range(200, 250))
+    assert committed_app_version(lg, "daily") == 2
+    assert set(staged_objects(root, "backfill")) == referenced(lg, "backfill")
+
+
+def test_exactly_once_helper_reads_committed_and_commits_offsets(spark: Any,
+                                                                 tmp_path: Path) -> None:
+    from pyspark.sql import functions as F
+
+    import spark_ext.exactly_once as eos
+
+    root = str(tmp_path / "lake")
+    lg = txlog.connect(root)
+    lg.create_topic("in", partitions=3)
+    lg.create_topic("out", partitions=2)
+    expected: set[bytes] = set()
+
+    def produce(first: int, txns: int) -> None:
+        p = lg.producer(transactional_id="gen")
+        p.init_transactions()
+        for t in range(first, first + txns):
+            p.begin_transaction()
+            vals = [f"{t}-{i}".encode() for i in range(10)]
+            for v in vals:
+                p.send("in", v, key=v)
+            if t % 3 == 1:
+                p.abort_transaction()
+            else:
+                p.commit_transaction()
+                expected.update(vals)
+
+    def transform(df: Any) -> Any:
+        return df.select("key", F.concat(F.lit(b"out:"), F.col("value")).alias("value"))
+
+    produce(0, 6)
+    res = eos.run(spark, path=root, source_topic="in", sink_topic="out", group_id="g",
+                  transform=transform, max_records_per_round=25)
+    assert res.committed_rounds == len(res.rounds) >= 2
+    assert eos.run(spark, path=root, source_topic="in", sink_topic="out", group_id="g",
+                   transform=transform).rounds == []
+    produce(6, 3)
+    eos.run(spark, path=root, source_topic="in", sink_topic="out", group_id="g",
+            transform=transform)
+    out = [r.value for r in read_all(lg, "out")]
+    assert sorted(out) == sorted(b"out:" + v for v in expected)  # once each, none aborted
+    c = lg.consumer(group_id="g")
+    lso = c.end_offsets(lg.partitions_for("in"))
+    assert c.committed(lg.partitions_for("in")) == lso
+
+
+# -- child-process scenarios -------------------------------------------------------------------
+
+
+def kill_session(sid: int) -> None:
+    """SIGKILL every process of the child's session: the driver, its JVM and Python workers
+    (pyspark's worker daemon makes its own process group, but stays in the session)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        if int(fields[3]) == sid:  # field 6 of stat: session id
+            pids.append(int(entry))
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+class Child:
+    """This file run as a script in its own session, optionally paused at a commit point."""
+
+    def __init__(self, tmp: Path, *args: str, pause_at: str | None = None, skip: int = 0,
+                 env: dict[str, str] | None = None) -> None:
+        self.dir = tmp / f"pause-{time.monotonic_ns()}"
+        e = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
+                 **(env or {}))
+        if pause_at:
+            e.update(TXLOG_TEST_PAUSE_DIR=str(self.dir), TXLOG_TEST_PAUSE_AT=pause_at,
+                     TXLOG_TEST_PAUSE_SKIP=str(skip))
+        self.log = tmp / f"child-{time.monotonic_ns()}.log"
+        self.proc = subprocess.Popen(
+            [sys.executable, str(HERE), *args], cwd=REPO, env=e, start_new_session=True,
+            stdout=subprocess.PIPE, stderr=open(self.log, "w"), text=True)  # noqa: SIM115
+
+    def wait_paused(self, timeout: float = 300) -> None:
+        deadline = time.monotonic() + timeout
+        marker = self.dir / "paused"
+        while not marker.exists():
+            if self.proc.poll() is not None:
+                raise AssertionError(f"child exited ({self.proc.returncode}) before pausing:\n"
+                                     + self.log.read_text()[-3000:])
+            if time.monotonic() > deadline:
+                kill_session(self.proc.pid)
+                raise AssertionError("child never reached its pause point")
+            time.sleep(0.05)
+
+    def kill(self) -> None:
+        kill_session(self.proc.pid)
+        self.proc.wait(timeout=60)
+        # Nothing of the session may survive (a live commit worker could still finish).
+        kill_session(self.proc.pid)
+
+    def result(self, timeout: float = 300) -> dict[str, Any]:
+        out, _ = self.proc.communicate(timeout=timeout)
+        if self.proc.returncode != 0:
+            raise AssertionError(f"child failed ({self.proc.returncode}):\n"
+                                 + self.log.read_text()[-4000:])
+        lines = [ln for ln in out.splitlines() if ln.startswith("{")]
+        return json.loads(lines[-1]) if lines else {}
+
+
+CHUNKS = 3
+CHUNK_ROWS = 60
+
+
+def test_backfill_driver_killed_during_commit_then_rerun(tmp_path: Path) -> None:
+    """A backfill in txnAppId/txnVersion chunks, SIGKILLed inside a commit (with its
+    transaction open and data appended), re-run from the top, killed again right after a
+    commit, re-run again: every chunk lands exactly once.  The last run also checks task
+    retries (every first attempt fails after staging) and a job that fails outright."""
+    root = str(tmp_path / "lake")
+    lg = txlog.connect(root)
+    lg.create_topic("backfill", partitions=3)
+    lg.create_topic("retry", partitions=2)
+    lg.create_topic("fail", partitions=2)
+
+    first = Child(tmp_path, "backfill", root, pause_at="before-commit", skip=1)
+    first.wait_paused()
+    # Chunk 2's transaction is open with its batches appended: its data holds the LSO.
+    states = [lg.partition_log(tp).refresh() for tp in lg.partitions_for("backfill")]
+    assert any(st.open_txns for st in states)
+    assert sum(st.high_watermark for st in states) > CHUNK_ROWS  # chunk 1 + chunk 2 staged
+    first.kill()
+    assert committed_app_version(lg, "bf") == 1
+
+    second = Child(tmp_path, "backfill", root, pause_at="after-commit", skip=1)
+    second.wait_paused()  # chunk 1 skipped, chunk 2 committed, chunk 3 committed: killed
+    second.kill()
+    assert committed_app_version(lg, "bf") == 3
+
+    third = Child(tmp_path, "backfill", root, "--retry",
+                  env={"TXLOG_TEST_FAIL_STAGED": "retry:first,fail:always"})
+    res = third.result()
+    assert res["skipped"] == 3  # every chunk was already committed
+    values = sorted(int(r.value) for r in read_all(lg, "backfill"))
+    assert values == list(range(CHUNKS * CHUNK_ROWS))  # each record exactly once
+    # A crashed commit leaves its staging folder behind; the maintenance sweep clears
+    # what no batch references.
+    from spark_ext.writer import sweep_staging
+
+    sweep_staging(lg, "backfill", older_than_ms=0)
+    assert set(staged_objects(root, "backfill")) == referenced(lg, "backfill")
+
+    # Every task failed once after staging, and was retried: each record once, and the
+    # failed attempts' files are gone.
+    assert res["retry_error"] is None
+    values = sorted(int(r.value) for r in read_all(lg, "retry"))
+    assert values == list(range(100))
+    assert set(staged_objects(root, "retry")) == referenced(lg, "retry")
+    # A job whose task fails every attempt: nothing committed, its staging swept.
+    assert "fails after staging" in res["fail_error"]
+    assert read_all(lg, "fail") == []
+    assert staged_objects(root, "fail") == []
+    assert all(lg.partition_log(tp).refresh().high_watermark == 0
+               for tp in lg.partitions_for("fail"))
+
+
+def test_streaming_query_killed_and_restarted_from_checkpoint(tmp_path: Path) -> None:
+    """A micro-batch whose transaction committed but whose batch Spark never marked done
+    (SIGKILL right after our commit) is replayed with the same batch id on restart: it
+    commits nothing new.  Each input record reaches the topic exactly once."""
+    root = str(tmp_path / "lake")
+    src = tmp_path / "input"
+    src.mkdir()
+    for i in range(4):
+        (src / f"part-{i}.json").write_text(
+            "\n".join(json.dumps({"k": f"k{i}-{j}", "v": f"{i}-{j}"}) for j in range(25)))
+    lg = txlog.connect(root)
+    lg.create_topic("stream", partitions=2)
+    ckpt = str(tmp_path / "checkpoint")
+
+    first = Child(tmp_path, "stream", root, str(src), ckpt, pause_at="after-commit", skip=1)
+    first.wait_paused()  # batch 0 done, batch 1 committed in txlog, not in Spark's log
+    first.kill()
+    qid = json.loads(Path(ckpt, "metadata").read_text())["id"]
+    assert committed_app_version(lg, f"stream-{qid}") == 1
+
+    res = Child(tmp_path, "stream", root, str(src), ckpt).result()
+    assert res["query_id"] == qid
+    values = sorted(r.value.decode() for r in read_all(lg, "stream"))
+    assert values == sorted(f"{i}-{j}" for i in range(4) for j in range(25))
+    assert committed_app_version(lg, f"stream-{qid}") == 3
+    # The killed commit never swept its staging folder (only its marker is left over).
+    from spark_ext.writer import sweep_staging
+
+    assert sweep_staging(lg, "stream", older_than_ms=0) == 1
+    assert set(staged_objects(root, "stream")) == referenced(lg, "stream")
+
+
+# -- the child script ----------------------------------------------------------------------------
+
+
+def _child_session(**conf: str) -> Any:
+    sys.path.insert(0, str(HERE.parent))
+    from spark_session import start_spark
+
+    return start_spark("txlog-write-child", **{"spark.master": "local[2,4]", **conf})
+
+
+def _child_backfill(root: str, with_retry: bool) -> dict[str, Any]:
+    spark = _child_session()
+    lg = txlog.connect(root)
+    skipped = 0
+    for v in range(1, CHUNKS + 1):
+        before = committed_app_version(lg, "bf")
+        df = spark.range((v - 1) * CHUNK_ROWS, v * CHUNK_ROWS, numPartitions=2).selectExpr(
+            "cast(id as string) as key", "cast(id as string) as value")
+        write(df, root, "backfill", txnAppId="bf", txnVersion=str(v))
+        skipped += before is not None and before >= v
+    out: dict[str, Any] = {"skipped": skipped, "retry_error": None, "fail_error": None}
+    if with_retry:
+        df = spark.range(0, 100, numPartitions=4).selectExpr("cast(id as string) as value")
+        try:
+            write(df, root, "retry", maxFileBytes="1")
+        except Exception as exc:
+            out["retry_error"] = str(exc)[-2000:]
+        df = spark.range(0, 10, numPartitions=1).selectExpr("cast(id as string) as value")
+        try:
+            write(df, root, "fail")
+        except Exception as exc:
+            out["fail_error"] = str(exc)[-2000:]
+    return out
+
+
+def _child_stream(root: str, src: str, ckpt: str) -> dict[str, Any]:
+    spark = _child_session()
+    q = (spark.readStream.schema("k string, v string").option("maxFilesPerTrigger", 1)
+         .json(src).selectExpr("k as key", "v as value")
+         .writeStream.format("txlog").option("path", root).option("topic", "stream")
+         .option("checkpointLocation", ckpt).trigger(availableNow=True).start())
+    q.awaitTermination()
+    return {"query_id": str(q.id)}
+
+
+def _child_main(argv: list[str]) -> None:
+    scenario = argv[0]
+    if scenario == "backfill":
+        out = _child_backfill(argv[1], "--retry" in argv)
+    elif scenario == "stream":
+        out = _child_stream(argv[1], argv[2], argv[3])
+    else:
+        raise SystemExit(f"unknown scenario {scenario!r}")
+    print(json.dumps(out), flush=True)
+
+
+if __name__ == "__main__":
+    _child_main(sys.argv[1:])
