@@ -21,7 +21,6 @@ from typing import Any
 import pytest
 
 import txlog
-from txlog import TopicPartition
 from txlog.app_versions import committed_app_version
 from txlog.partitioner import partition_for_key
 
