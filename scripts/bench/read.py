@@ -66,12 +66,16 @@ def build_txn_partition(log: Any, topic: str, *, txns: int, records: int, size: 
             "all_records": txns * records}
 
 
-def read_all(log: Any, topic: str, isolation: str, expect: int) -> tuple[int, float]:
+def read_all(log: Any, topic: str, isolation: str, expect: int) -> tuple[int, float, float]:
+    """Read the partition from the beginning; (records, wall seconds, CPU seconds)."""
+    import time
+
     from txlog.records import TopicPartition
 
     tp = TopicPartition(topic, 0)
     c = log.consumer(isolation_level=isolation)
     c.assign([tp])
+    cpu0 = time.process_time()
     t0 = C.perf()
     c.seek_to_beginning([tp])
     n = 0
@@ -81,10 +85,11 @@ def read_all(log: Any, topic: str, isolation: str, expect: int) -> tuple[int, fl
             break
         n += t.num_rows
     elapsed = C.perf() - t0
+    cpu = time.process_time() - cpu0
     c.close()
     if n != expect:
         raise AssertionError(f"{isolation} read {n} records, expected {expect}")
-    return n, elapsed
+    return n, elapsed, cpu
 
 
 def run_isolation(tg: C.Target, *, txns: int, records: int, size: int, rounds: int,
@@ -106,20 +111,25 @@ def run_isolation(tg: C.Target, *, txns: int, records: int, size: int, rounds: i
         read_all(log, topic, "read_uncommitted", expect["read_uncommitted"])
         rate: dict[str, list[float]] = {k: [] for k in expect}
         secs: dict[str, list[float]] = {k: [] for k in expect}
-        ratios = []
+        cpu_rate: dict[str, list[float]] = {k: [] for k in expect}
+        ratios, cpu_ratios = [], []
         reqs: dict[str, dict[str, int]] = {k: {} for k in expect}
         for r in range(rounds):
             order = list(expect) if r % 2 == 0 else list(reversed(expect))
             got = {}
             for iso in order:
                 before = C.counts(log.store)
-                n, el = read_all(log, topic, iso, expect[iso])
+                n, el, cpu = read_all(log, topic, iso, expect[iso])
                 for k, v in C.diff_counts(C.counts(log.store), before).items():
                     reqs[iso][k] = reqs[iso].get(k, 0) + v
                 got[iso] = n / el
+                got[f"{iso}.cpu"] = n / cpu if cpu > 0 else float("nan")
                 rate[iso].append(got[iso])
+                cpu_rate[iso].append(got[f"{iso}.cpu"])
                 secs[iso].append(el)
             ratios.append(C.ratio(got["read_committed"], got["read_uncommitted"]))
+            cpu_ratios.append(C.ratio(got["read_committed.cpu"],
+                                      got["read_uncommitted.cpu"]))
         out[f"{pct:g}"] = {
             **b,
             "rc_records_per_s": C.median(rate["read_committed"]),
@@ -130,11 +140,17 @@ def run_isolation(tg: C.Target, *, txns: int, records: int, size: int, rounds: i
             "ru_mb_per_s": C.median(rate["read_uncommitted"]) * size / 1e6,
             "ratio": C.median(ratios),
             "per_round_ratio": ratios,
+            # Records per CPU-second (all threads): less sensitive to other load on the
+            # machine than wall time.
+            "cpu_ratio": C.median(cpu_ratios),
+            "rc_records_per_cpu_s": C.median(cpu_rate["read_committed"]),
+            "ru_records_per_cpu_s": C.median(cpu_rate["read_uncommitted"]),
             "rc_requests_per_read": C.per(reqs["read_committed"], rounds),
             "ru_requests_per_read": C.per(reqs["read_uncommitted"], rounds),
         }
         C.progress(f"{tg.name}: {pct:g}% aborted: read_committed/read_uncommitted "
-                   f"{out[f'{pct:g}']['ratio']:.3f} (rounds {[round(x, 3) for x in ratios]})")
+                   f"{out[f'{pct:g}']['ratio']:.3f} (rounds {[round(x, 3) for x in ratios]}), "
+                   f"per CPU-second {out[f'{pct:g}']['cpu_ratio']:.3f}")
     return out
 
 
@@ -209,6 +225,8 @@ def _run_open(tg: C.Target, *, batches: int, interval: int, opens: int, url: str
 
 
 def _extra_args(p: Any) -> None:
+    p.add_argument("--no-open", action="store_true",
+                   help="skip the 100,000-batch open measurement")
     p.add_argument("--open-root", default=None,
                    help="directory for the 100,000-batch partition ('shm': /dev/shm, "
                         "the small mode's default, so that building 100,000 entries "
@@ -220,7 +238,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = C.parse_args(__doc__.splitlines()[0], argv=argv, extra=_extra_args)
     txns = C.pick(args.mode, 6, 40, 200)
     records = C.pick(args.mode, 200, 1000, 1000)
-    rounds = args.rounds or C.pick(args.mode, 1, 5, 7)
+    rounds = args.rounds or C.pick(args.mode, 1, 15, 25)
     size = 1024
     pcts = [1.0, 30.0]
     batches = C.pick(args.mode, 2000, 100_000, 100_000)
@@ -232,18 +250,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for tg in tgs:
             results["isolation"][tg.name] = run_isolation(
                 tg, txns=txns, records=records, size=size, rounds=rounds, pcts=pcts)
-            if tg.name == "local":
+            if tg.name == "local" and not args.no_open:
                 results["open"] = run_open(tg, batches=batches, interval=interval,
                                            opens=opens, root=open_root)
     rows = []
     for store, per_pct in results["isolation"].items():
         for pct, r in per_pct.items():
             rows.append([f"{store} {pct}% aborted", r["txns"], r["rc_records_per_s"],
-                         r["ru_records_per_s"], r["rc_seconds"], r["ru_seconds"], r["ratio"]])
+                         r["ru_records_per_s"], r["rc_seconds"], r["ru_seconds"], r["ratio"],
+                         r["cpu_ratio"]])
     C.print_table(f"read_committed vs read_uncommitted ({args.mode}, {txns} txns x {records} "
                   f"x {size} B, {rounds} rounds, medians; rate = records delivered/s)",
                   ["store / partition", "txns", "rc rec/s", "ru rec/s", "rc s", "ru s",
-                   "rc/ru"], rows)
+                   "rc/ru", "rc/ru per CPU-s"], rows)
     goals = []
     for store, per_pct in results["isolation"].items():
         for pct, r in per_pct.items():
@@ -252,6 +271,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                           "cmp": ">=", "pass": bool(r["ratio"] >= RC_GOAL)})
     ratios = {f"{s}.rc_vs_ru_{p}pct": C.clean(r["ratio"])
               for s, per_pct in results["isolation"].items() for p, r in per_pct.items()}
+    ratios.update({f"{s}.rc_vs_ru_{p}pct_per_cpu_s": C.clean(r["cpu_ratio"])
+                   for s, per_pct in results["isolation"].items()
+                   for p, r in per_pct.items()})
     if results["open"] is not None:
         o = results["open"]
         C.print_table(f"Cold open of a partition with {o['batches']:,} batches (local store "
