@@ -64,6 +64,8 @@ class HistoryConfig:
     consumers_ru: int = 1
     ctp: int = 1
     sweeper: bool = True
+    compact: bool = True  # the sweeper also compacts and purges, concurrently with readers
+    file_delete_delay_ms: int = 300  # short: readers holding older plans meet purges
     nemesis_every: float = 0.8  # mean seconds between nemesis actions (0: no nemesis)
     max_zombies: int = 2  # extra processes sharing a live transactional.id
     txn_timeout_ms: int = 1500
@@ -72,6 +74,7 @@ class HistoryConfig:
     error_style: str = "mixed"
     lost_response_ms: float = 30.0
     offsets_partitions: int = 1  # few: groups share an offsets partition
+    state_partitions: int = 4  # few: transactional.ids share state-log partitions
     grace: float = 30.0  # seconds past the end before stragglers are SIGKILLed
     settle_timeout: float | None = None  # default: 2 x txn timeout + 10 s
     keep: bool = False  # keep the history directory even when it is clean
@@ -86,6 +89,7 @@ class HistoryConfig:
     def log_config(self) -> dict[str, Any]:
         return {"transaction.timeout.ms": self.txn_timeout_ms,
                 "offsets.topic.num.partitions": self.offsets_partitions,
+                "transaction.state.log.num.partitions": self.state_partitions,
                 "linger.ms": 0}
 
 
@@ -169,7 +173,8 @@ class _Run:
         self.dir.mkdir(parents=True)
         log = txlog.connect(self.url, self.cfg.storage_options or None, **self.cfg.log_config())
         for name, n in TOPICS.items():
-            log.create_topic(name, partitions=n)
+            log.create_topic(name, partitions=n,
+                             config={"file.delete.delay.ms": self.cfg.file_delete_delay_ms})
         self.nemesis = Recorder(self.dir / f"nemesis{HISTORY_SUFFIX}", "nemesis")
 
     def start(self) -> None:
@@ -184,7 +189,7 @@ class _Run:
         for i in range(cfg.consumers_ru):
             self.spawn(f"ru-{i}", "consumer", 0, isolation="read_uncommitted")
         if cfg.sweeper:
-            self.spawn("sweeper", "sweeper", 0)
+            self.spawn("sweeper", "sweeper", 0, compact=cfg.compact)
 
     def run_nemesis(self) -> None:
         cfg = self.cfg

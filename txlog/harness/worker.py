@@ -403,14 +403,26 @@ class Worker:
     # -- maintenance -------------------------------------------------------------------------
 
     def run_sweeper(self) -> None:
+        """The maintenance sweep; with ``compact``, sometimes the whole maintenance pass
+        (sweep, compaction, purge of objects past file.delete.delay.ms, checkpoints)."""
+        compact = bool(self.spec.get("compact"))
         while not self.expired():
-            oid = self.rec.invoke("sweep")
+            f = "maintain" if compact and self.rng.random() < 0.5 else "sweep"
+            topic = self.rng.choice([*sorted(self.topics), "__consumer_offsets"])
+            oid = self.rec.invoke(f, {"topic": topic} if f == "maintain" else {})
             try:
-                acted = self.log.coordinator.sweep()
+                if f == "maintain":
+                    from txlog.maintenance import maintain
+
+                    report = maintain(self.log, [topic], compact=True)
+                    value: dict[str, Any] = {"compacted": sum(
+                        p.compacted_batches for p in report.partitions)}
+                else:
+                    value = {"acted": self.log.coordinator.sweep()}
             except Exception as exc:
-                self.fail(oid, "sweep", exc)
+                self.fail(oid, f, exc)
             else:
-                self.rec.complete(oid, "sweep", "ok", {"acted": acted})
+                self.rec.complete(oid, f, "ok", value)
             self.done_op()
             self.pace(0.05, 0.25)
 
