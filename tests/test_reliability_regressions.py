@@ -123,3 +123,32 @@ def test_instance_that_loses_the_completion_race_is_fenced() -> None:
     c.assign([TopicPartition("t", 0)])
     c.seek_to_beginning()
     assert [r.value for r in c.poll(max_records=100)] == [b"a1", b"b1"]
+
+
+def test_commit_after_a_raw_os_error_in_a_send_fails() -> None:
+    """lost_write, torn_txn (torture seeds 430, 432, 433, local, commit-after-error mode):
+    a send whose write raised a raw OSError (not a txlog error: e.g. a local disk's EIO)
+    left the producer in the transaction; a client that committed anyway was told the
+    transaction committed, without the failed batch.  Kafka's contract: the commit fails.
+    Any non-txlog error during a transaction is now fatal, like a StorageError."""
+    log = txlog.connect(f"memory://regressions/{uuid.uuid4().hex}")
+    store = FaultyStore(log.store, seed=0, error_style="os")
+    log.store = store
+    log.create_topic("t", partitions=2)
+    p = log.producer(transactional_id="tx")
+    p.init_transactions()
+    p.begin_transaction()
+    p.send("t", value=b"kept", partition=1)
+    p.flush()
+    store.script("put_if_absent", "topics/t/0/log/", "error_before")
+    p.send("t", value=b"failed", partition=0)
+    with pytest.raises(OSError):
+        p.flush()
+    with pytest.raises(txlog.errors.TxlogError):
+        p.commit_transaction()
+    p2 = log.producer(transactional_id="tx")
+    p2.init_transactions()  # aborts what the failed instance left open
+    c = log.consumer()
+    c.assign([TopicPartition("t", 0), TopicPartition("t", 1)])
+    c.seek_to_beginning()
+    assert c.poll(max_records=10) == []

@@ -407,6 +407,13 @@ class Producer:
                 else:
                     self._fatal(exc)
             raise
+        except Exception as exc:
+            # Not a txlog error (e.g. a raw OSError from a filesystem): whether the write
+            # took effect is unknown, as after a StorageError.  The transaction must not
+            # be committed without it.
+            if self.transactional_id is not None and self.state == State.IN_TRANSACTION:
+                self._fatal(exc)
+            raise
 
     def _fatal(self, exc: BaseException) -> None:
         self.state = State.FATAL_ERROR

@@ -241,6 +241,18 @@ class Worker:
         except Exception as exc:
             definite = isinstance(exc, DEFINITE_ABORT)
             self._fenced |= isinstance(exc, ProducerFencedError)
+            if not definite and self.rng.random() < float(self.spec.get("commit_after_error",
+                                                                        0.2)):
+                # A careless client commits anyway: Kafka's contract is that the commit
+                # then fails (a send of the transaction failed), never that it succeeds
+                # without the failed batch.
+                try:
+                    prod.commit_transaction()
+                except Exception:
+                    pass
+                else:
+                    self.rec.complete(oid, "txn", "ok", {"commit_after_error": repr(exc)})
+                    return nxt
             aborted = False
             try:
                 prod.abort_transaction()
