@@ -170,9 +170,22 @@ class Coordinator:
         """Write markers to every registered partition, then persist Complete*."""
         commit = prep.state == PREPARE_COMMIT
         crashpoint("after_prepare")
-        for topic, p in prep.partitions:
-            self.write_marker(TopicPartition(topic, p), prep.producer_id, prep.epoch, commit)
+
+        def mark(tp: TopicPartition) -> None:
+            self.write_marker(tp, prep.producer_id, prep.epoch, commit)
             crashpoint("after_marker")
+
+        tps = [TopicPartition(topic, p) for topic, p in prep.partitions]
+        if len(tps) > 1 and self.log.store.backend not in ("local", "memory"):
+            # Markers are independent of each other: on a remote store write them in
+            # parallel (a 64-partition commit on S3 waited for 64 sequential round trips).
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(max_workers=min(16, len(tps))) as ex:
+                list(ex.map(mark, tps))
+        else:
+            for tp in tps:
+                mark(tp)
         crashpoint("before_complete")
         part = self.state_log.partition_for(prep.txn_id)
         pid, epoch = bump_epoch(prep, self._fresh_pid_if(needs_new_producer_id(prep)))
