@@ -52,10 +52,14 @@ def main(argv: list[str] | None = None) -> int:
                          "uses seed + i")
     ap.add_argument("--workdir", type=Path, default=None,
                     help="where histories are written (failing ones are kept)")
-    ap.add_argument("--duration", type=float, default=4.0, help="seconds of workload each")
-    ap.add_argument("--producers", type=int, default=3)
-    ap.add_argument("--nemesis-every", type=float, default=0.8,
-                    help="mean seconds between kills/zombies (0: no nemesis)")
+    ap.add_argument("--duration", type=float, default=None,
+                    help="seconds of workload each (default 4; 8 on s3)")
+    ap.add_argument("--startup", type=float, default=None,
+                    help="seconds allowed for clients to start (default 1.5; 3 on s3)")
+    ap.add_argument("--producers", type=int, default=None, help="default 3; 2 on s3")
+    ap.add_argument("--nemesis-every", type=float, default=None,
+                    help="mean seconds between kills/zombies (0: no nemesis; default 0.8, "
+                         "2 on s3)")
     ap.add_argument("--txn-timeout-ms", type=int, default=1500)
     ap.add_argument("--no-faults", action="store_true", help="no injected store faults")
     ap.add_argument("--keep", action="store_true", help="keep clean histories too")
@@ -63,6 +67,14 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.time is None and args.histories is None:
         args.histories = 10
+    # Each S3 request costs ~10 ms (more under load), client start-up ~1 s: fewer clients,
+    # longer histories, rarer kills.
+    s3 = args.store == "s3"
+    defaults = {"duration": 8.0 if s3 else 4.0, "startup": 3.0 if s3 else 1.5,
+                "producers": 2 if s3 else 3, "nemesis_every": 2.0 if s3 else 0.8}
+    for k, v in defaults.items():
+        if getattr(args, k) is None:
+            setattr(args, k, v)
     seed0 = args.seed if args.seed is not None else int(time.time()) % 1_000_000 * 1000
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="txlog-torture-"))
     workdir.mkdir(parents=True, exist_ok=True)
@@ -84,8 +96,10 @@ def main(argv: list[str] | None = None) -> int:
             seed = seed0 + i
             i += 1
             cfg = HistoryConfig(seed=seed, workdir=workdir, duration=args.duration,
-                                producers=args.producers, nemesis_every=args.nemesis_every,
-                                txn_timeout_ms=args.txn_timeout_ms, keep=args.keep)
+                                startup=args.startup, producers=args.producers,
+                                nemesis_every=args.nemesis_every,
+                                txn_timeout_ms=args.txn_timeout_ms, keep=args.keep,
+                                lso_check_rate=0.3 if s3 else 1.0)
             if args.no_faults:
                 cfg.faults = None
             if server is not None:

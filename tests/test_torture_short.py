@@ -154,9 +154,8 @@ def test_picklable_and_paused() -> None:
     assert isinstance(s2, FaultyStore) and s2.seed == 5 and s2.rates == s.rates
     with pytest.raises((InjectedStorageError, InjectedTimeout)):
         s2.get("missing")
-    with s2.paused():
-        with pytest.raises(KeyError):
-            s2.get("missing")  # the real answer: not found
+    with s2.paused(), pytest.raises(KeyError):
+        s2.get("missing")  # the real answer: not found
     assert s2.enabled
 
 

@@ -75,6 +75,7 @@ class HistoryConfig:
     lost_response_ms: float = 30.0
     offsets_partitions: int = 1  # few: groups share an offsets partition
     state_partitions: int = 4  # few: transactional.ids share state-log partitions
+    lso_check_rate: float = 1.0  # share of read_committed polls that also ask the LSO
     grace: float = 30.0  # seconds past the end before stragglers are SIGKILLed
     settle_timeout: float | None = None  # default: 2 x txn timeout + 10 s
     keep: bool = False  # keep the history directory even when it is clean
@@ -185,7 +186,8 @@ class _Run:
         for i in range(cfg.ctp):
             self.spawn(f"ctp-{i}", "ctp", 0, txn_id=f"ctp{i}", group=f"ctp-g{i}")
         for i in range(cfg.consumers_rc):
-            self.spawn(f"rc-{i}", "consumer", 0, isolation="read_committed")
+            self.spawn(f"rc-{i}", "consumer", 0, isolation="read_committed",
+                       lso_check_rate=cfg.lso_check_rate)
         for i in range(cfg.consumers_ru):
             self.spawn(f"ru-{i}", "consumer", 0, isolation="read_uncommitted")
         if cfg.sweeper:

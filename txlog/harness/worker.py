@@ -293,7 +293,8 @@ class Worker:
             return None
         after = self._positions(c, tps)
         lso: dict[str, int] = {}
-        if isolation == "read_committed":
+        if isolation == "read_committed" and self.rng.random() < float(
+                self.spec.get("lso_check_rate", 1.0)):
             try:
                 for tp in tps:
                     lso[f"{tp.topic}:{tp.partition}"] = c.last_stable_offset(tp)
@@ -353,9 +354,9 @@ class Worker:
                 session = f"{self.proc}/{n}"
                 cons = self.log.consumer(group_id=group, isolation_level="read_committed",
                                          auto_offset_reset="earliest")
-                cons.assign([in_tp])
                 oid = self.rec.invoke("committed", {"session": session, "group": group})
                 try:
+                    cons.assign([in_tp])
                     pos = cons.position(in_tp)  # the group's committed offset
                 except Exception as exc:
                     self.fail(oid, "committed", exc)
