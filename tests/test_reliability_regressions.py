@@ -152,3 +152,52 @@ def test_commit_after_a_raw_os_error_in_a_send_fails() -> None:
     c.assign([TopicPartition("t", 0), TopicPartition("t", 1)])
     c.seek_to_beginning()
     assert c.poll(max_records=10) == []
+
+
+def test_idempotent_producer_never_reuses_sequences_after_an_unknown_outcome() -> None:
+    """lost_write (torture seed 455, local, idempotent producer): an append raised after
+    it had landed; the producer kept the batch's sequence numbers for its next batch,
+    which the log took for a retry of the landed one: acknowledged, never written.  After
+    an append of unknown outcome the producer now starts again with a fresh producer id."""
+    log = txlog.connect(f"memory://regressions/{uuid.uuid4().hex}")
+    store = FaultyStore(log.store, seed=0, error_style="os")
+    log.store = store
+    log.create_topic("t")
+    p = log.producer()
+    p.send("t", value=b"first", partition=0)
+    p.flush()
+    store.script("put_if_absent", "topics/t/0/log/", "error_after")
+    p.send("t", value=b"landed-but-unknown", partition=0)
+    with pytest.raises(OSError):
+        p.flush()
+    p.send("t", value=b"next", partition=0)
+    p.flush()
+    c = log.consumer()
+    c.assign([TopicPartition("t", 0)])
+    c.seek_to_beginning()
+    assert [r.value for r in c.poll(max_records=10)] == \
+        [b"first", b"landed-but-unknown", b"next"]
+
+
+def test_failed_partition_load_leaves_no_partial_state() -> None:
+    """Harness run of seed 455 after a change of ours: a partition load that failed with a
+    transient error part-way kept the partial state, which writers trust as complete: an
+    idempotent producer's next batch failed its sequence check forever
+    (OutOfOrderSequenceError).  Only a damaged entry keeps the valid prefix now."""
+    log = txlog.connect(f"memory://regressions/{uuid.uuid4().hex}")
+    store = FaultyStore(log.store, seed=0)
+    log.store = store
+    log.create_topic("t")
+    p = log.producer()
+    for i in range(3):
+        p.send("t", value=f"v{i}".encode(), partition=0)
+        p.flush()
+    plog = log.partition_log(TopicPartition("t", 0))
+    plog.state = None
+    store.script("get", "topics/t/0/log/", "error_before")
+    with pytest.raises(txlog.errors.StorageError):
+        plog.load()
+    assert plog.state is None
+    p.send("t", value=b"v3", partition=0)
+    p.flush()
+    assert plog.current().high_watermark == 4

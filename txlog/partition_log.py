@@ -84,10 +84,15 @@ class PartitionLog:
         """Latest readable checkpoint plus the entries after it (never the whole history)."""
         with self._lock:
             st = self._load_checkpoint()
-            # Kept even if the tail read fails: the entries applied before a damaged one
-            # are a valid prefix, so committed data below it stays readable (plan_read).
+            try:
+                self._read_tail(st)
+            except CorruptObjectError:
+                # A damaged entry: keep the valid prefix before it, so committed data below
+                # it stays readable (plan_read).  Not after a transient error: writers
+                # trust the cached state, which must then be complete.
+                self.state = st
+                raise
             self.state = st
-            self._read_tail(st)
             return st
 
     def refresh(self) -> PartitionState:

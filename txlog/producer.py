@@ -123,6 +123,7 @@ class Producer:
         self._lock = threading.RLock()
         self._pending: dict[TopicPartition, _PendingBatch] = {}
         self._seq: dict[TopicPartition, int] = {}
+        self._reset_pid = False  # set after an append of unknown outcome (non-transactional)
         self._rr = RoundRobin()
         self.producer_id = -1
         self.epoch = 0
@@ -362,6 +363,13 @@ class Producer:
         the partition's next slot for the batch object ``key``."""
         self._register([tp])
         plog = self.log.partition_log(tp)
+        if self._reset_pid:
+            # An earlier append's outcome is unknown: its sequence numbers may be taken, so
+            # other data must not reuse them (it would be taken for a retry of that batch
+            # and dropped).  A fresh producer id starts fresh sequences (as KIP-360 does).
+            self.producer_id = self.log.coordinator.pids.allocate()
+            self._seq.clear()
+            self._reset_pid = False
         seq = self._seq.get(tp, 0) if self.idempotent else -1
         if not ts_min and not ts_max:
             ts_min = ts_max = now_ms()
@@ -370,7 +378,12 @@ class Producer:
             base_sequence=seq, transactional=self.transactional_id is not None,
             txn_id=self.transactional_id, data=key, nbytes=nbytes, ts_min=ts_min,
             ts_max=ts_max)
-        res = self._append_with_retries(plog, spec)
+        try:
+            res = self._append_with_retries(plog, spec)
+        except Exception:
+            if self.idempotent and self.transactional_id is None:
+                self._reset_pid = True
+            raise
         if self.idempotent:
             self._seq[tp] = seq + num_rows
         crashpoint("after_data_append")

@@ -60,6 +60,7 @@ class HistoryConfig:
     duration: float = 4.0  # seconds of workload after the clients started
     startup: float = 1.5  # seconds allowed for client processes to start
     producers: int = 3
+    idempotent: int = 1  # non-transactional idempotent producers
     consumers_rc: int = 1
     consumers_ru: int = 1
     ctp: int = 1
@@ -183,6 +184,8 @@ class _Run:
         self.until = time.time() + cfg.startup + cfg.duration
         for i in range(cfg.producers):
             self.spawn(f"prod-{i}", "producer", 0, txn_id=f"t{i}")
+        for i in range(cfg.idempotent):
+            self.spawn(f"idem-{i}", "idempotent", 0, fault_scale=5.0)
         for i in range(cfg.ctp):
             self.spawn(f"ctp-{i}", "ctp", 0, txn_id=f"ctp{i}", group=f"ctp-g{i}")
         for i in range(cfg.consumers_rc):
@@ -216,7 +219,7 @@ class _Run:
                                                     "txn_id": victim.extra.get("txn_id")})
                 self.spawn(name, victim.role, 0, **dict(victim.extra, exit_on_fence=True))
                 continue
-            weights = {"producer": 4, "ctp": 3, "consumer": 1, "sweeper": 1}
+            weights = {"producer": 4, "ctp": 3, "idempotent": 2, "consumer": 1, "sweeper": 1}
             alive = sorted(self.procs.values(), key=lambda p: p.name)
             victim = self.rng.choices(alive, [weights[p.role] for p in alive])[0]
             was_alive = victim.popen.poll() is None

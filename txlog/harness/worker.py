@@ -49,8 +49,15 @@ def is_expected(exc: BaseException) -> bool:
     return isinstance(exc, (TxlogError, InjectedTimeout))
 
 
-def fault_rates(spec: dict[str, Any] | None) -> dict[str, FaultRates]:
-    return {op: FaultRates(**r) for op, r in (spec or {}).items()}
+def fault_rates(spec: dict[str, Any] | None, scale: float = 1.0) -> dict[str, FaultRates]:
+    """FaultRates per operation kind; ``scale`` multiplies the error probabilities."""
+    out = {}
+    for op, r in (spec or {}).items():
+        r = dict(r)
+        for k in ("error_before", "error_after", "lost_response"):
+            r[k] = min(0.3, r.get(k, 0.0) * scale)
+        out[op] = FaultRates(**r)
+    return out
 
 
 class Worker:
@@ -64,7 +71,8 @@ class Worker:
         self.log = txlog.connect(spec["url"], spec.get("storage_options") or None,
                                  **spec.get("config", {}))
         self.store = FaultyStore(self.log.store, seed=spec["seed"], stream=self.proc,
-                                 rates=fault_rates(spec.get("faults")),
+                                 rates=fault_rates(spec.get("faults"),
+                                                   float(spec.get("fault_scale", 1.0))),
                                  error_style=spec.get("error_style", "storage"),
                                  lost_response_ms=spec.get("lost_response_ms", 50))
         self.log.store = self.store  # before any use: partition logs and coordinator take it
@@ -274,6 +282,44 @@ class Worker:
             acks.append([topic, md.partition, md.offset, value])
         self.rec.complete(oid, "txn", "ok", {"acks": acks, "next_epoch": prod.epoch})
         return nxt
+
+    # -- idempotent (non-transactional) producers ----------------------------------------
+
+    def run_idempotent(self) -> None:
+        """Batches of one to three records with an idempotent producer: each batch is
+        acknowledged exactly once or fails with an unknown outcome; after a failure the
+        same producer carries on, as an application retrying its sends would."""
+        import pyarrow as pa
+
+        prod = None
+        n = 0
+        while not self.expired():
+            if prod is None:
+                oid = self.rec.invoke("init", {"idempotent": True})
+                try:
+                    prod = self.log.producer()
+                except Exception as exc:
+                    self.fail(oid, "init", exc)
+                    self.pace(0.01, 0.05)
+                    continue
+                self.rec.complete(oid, "init", "ok", {"pid": prod.producer_id})
+            n += 1
+            topic = self.rng.choice(sorted(t for t in self.topics
+                                           if t != self.spec.get("out_topic")))
+            partition = self.rng.randrange(self.topics[topic])
+            values = [f"{self.proc}:{n}:{i}" for i in range(self.rng.randint(1, 3))]
+            oid = self.rec.invoke("txn", {"txn_id": None, "mode": "idempotent",
+                                          "sends": [[topic, partition, v] for v in values]})
+            try:
+                prod.send_batch(topic, pa.table({"value": [v.encode() for v in values]}),
+                                partition=partition)
+                prod.flush()
+            except Exception as exc:
+                self.fail(oid, "txn", exc, outcome="info")  # it may have landed
+            else:
+                self.rec.complete(oid, "txn", "ok")
+            self.done_op()
+            self.pace(0.0, 0.02)
 
     # -- consumers -------------------------------------------------------------------------
 
