@@ -159,8 +159,11 @@ def main(argv: list[str] | None = None) -> int:
           f"{totals['polls']}, kills {totals['kills']}, zombies {totals['zombies']}, "
           f"injected faults {sum(inj.values())} ({by_kind}); {elapsed:.0f} s on {args.store}")
     if failing:
-        print("failing seeds (replay: scripts/torture.py --histories 1 --seed SEED "
-              f"--store {args.store}):")
+        replay = (f"scripts/torture.py --histories 1 --seed SEED --store {args.store} "
+                  f"--duration {args.duration} --startup {args.startup} --producers "
+                  f"{args.producers} --nemesis-every {args.nemesis_every} --txn-timeout-ms "
+                  f"{args.txn_timeout_ms}{' --no-faults' if args.no_faults else ''} --keep")
+        print(f"failing seeds (replay: {replay}):")
         for f in failing:
             print(f"    {f['seed']}: {f.get('anomalies') or f.get('error')}  {f['dir']}")
     else:
