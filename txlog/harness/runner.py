@@ -67,6 +67,8 @@ class HistoryConfig:
     sweeper: bool = True
     compact: bool = True  # the sweeper also compacts and purges, concurrently with readers
     file_delete_delay_ms: int = 300  # short: readers holding older plans meet purges
+    checkpoint_interval: int = 7  # partition checkpoints every N batches (default 1000)
+    state_checkpoint_interval: int = 15  # state-log checkpoints every N records (200)
     nemesis_every: float = 0.8  # mean seconds between nemesis actions (0: no nemesis)
     max_zombies: int = 2  # extra processes sharing a live transactional.id
     txn_timeout_ms: int = 1500
@@ -92,6 +94,7 @@ class HistoryConfig:
         return {"transaction.timeout.ms": self.txn_timeout_ms,
                 "offsets.topic.num.partitions": self.offsets_partitions,
                 "transaction.state.log.num.partitions": self.state_partitions,
+                "checkpoint.interval.batches": self.checkpoint_interval,
                 "linger.ms": 0}
 
 
@@ -148,7 +151,8 @@ class _Run:
             "lost_response_ms": self.cfg.lost_response_ms, "topics": TOPICS,
             "history": str(self.dir / f"{name}.{incarnation}{HISTORY_SUFFIX}"),
             "stats": str(self.dir / f"{name}.{incarnation}.stats.json"),
-            "in_topic": "in", "out_topic": "out", **extra,
+            "in_topic": "in", "out_topic": "out",
+            "state_checkpoint_interval": self.cfg.state_checkpoint_interval, **extra,
         }
         spec_path = self.dir / f"{name}.{incarnation}.spec.json"
         spec_path.write_text(json.dumps(spec))
@@ -175,8 +179,9 @@ class _Run:
         self.dir.mkdir(parents=True)
         log = txlog.connect(self.url, self.cfg.storage_options or None, **self.cfg.log_config())
         for name, n in TOPICS.items():
-            log.create_topic(name, partitions=n,
-                             config={"file.delete.delay.ms": self.cfg.file_delete_delay_ms})
+            log.create_topic(name, partitions=n, config={
+                "file.delete.delay.ms": self.cfg.file_delete_delay_ms,
+                "checkpoint.interval.batches": self.cfg.checkpoint_interval})
         self.nemesis = Recorder(self.dir / f"nemesis{HISTORY_SUFFIX}", "nemesis")
 
     def start(self) -> None:

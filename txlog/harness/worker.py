@@ -76,6 +76,11 @@ class Worker:
                                  error_style=spec.get("error_style", "storage"),
                                  lost_response_ms=spec.get("lost_response_ms", 50))
         self.log.store = self.store  # before any use: partition logs and coordinator take it
+        if spec.get("state_checkpoint_interval"):
+            # A test knob: state-log checkpoints every few records, so clients load them.
+            from txlog import state_log
+
+            state_log.CHECKPOINT_INTERVAL = int(spec["state_checkpoint_interval"])
         self.topics: dict[str, int] = spec["topics"]  # data topics -> partitions
         self.txn_id: str = spec.get("txn_id", "")
         self.timeout_ms = int(spec.get("config", {}).get("transaction.timeout.ms", 60_000))
