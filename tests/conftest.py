@@ -1,0 +1,140 @@
+"""Shared pytest fixtures.
+
+Sections (add new ones, e.g. a Spark session, as their own section):
+
+* storage servers: ``seaweed`` (S3, session-scoped, started on first use), ``azurite``.
+* stores: ``store_factory`` (make a fresh store of any backend), ``any_store``
+  (parametrized over every backend), ``shared_store`` (backends that other processes
+  can see: local, s3, azure).
+
+Backends can be narrowed with ``TXLOG_TEST_BACKENDS=memory,local`` (comma-separated).
+Servers start only when a test needs them, so memory/local-only runs need no server.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import storage_servers
+
+from txlog.storage import ObjectStore, open_store
+
+# --- storage servers --------------------------------------------------------------
+
+
+ALL_BACKENDS = ["memory", "local", "s3", "azure"]
+#: Backends whose objects other processes see (the memory store is per process).
+SHARED_BACKENDS = ["local", "s3", "azure"]
+
+
+def _selected(backends: list[str]) -> list[str]:
+    wanted = os.environ.get("TXLOG_TEST_BACKENDS")
+    if not wanted:
+        return backends
+    names = {b.strip() for b in wanted.split(",") if b.strip()}
+    return [b for b in backends if b in names]
+
+
+def require_backend(backend: str) -> None:
+    """Skip the calling test/fixture if TXLOG_TEST_BACKENDS leaves ``backend`` out."""
+    if not _selected([backend]):
+        pytest.skip(f"backend {backend!r} not in TXLOG_TEST_BACKENDS")
+
+
+def _backend_params(backends: list[str]) -> list[Any]:
+    marks = {"s3": [pytest.mark.s3]}
+    return [pytest.param(b, id=b, marks=marks.get(b, [])) for b in _selected(backends)]
+
+
+@pytest.fixture(scope="session")
+def seaweed() -> Iterator[storage_servers.SeaweedServer]:
+    """A SeaweedFS S3 server for the whole session.
+
+    ``.url`` is ``s3://txlog-test``, ``.storage_options`` the fsspec/s3fs options,
+    ``.fresh_url(name)`` a unique URL under the bucket, ``.endpoint`` the HTTP endpoint.
+    """
+    require_backend("s3")
+    try:
+        server = storage_servers.start_seaweed()
+    except storage_servers.ServerUnavailable as exc:
+        pytest.skip(f"SeaweedFS unavailable: {exc}")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def azurite() -> Iterator[storage_servers.AzuriteServer]:
+    """An Azurite blob server for the session (skips when Azurite or adlfs is missing)."""
+    require_backend("azure")
+    reason = storage_servers.azure_unavailable_reason()
+    if reason:
+        pytest.skip(f"Azure backend unavailable: {reason}")
+    server = storage_servers.start_azurite()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+# --- stores -------------------------------------------------------------------------
+
+
+class StoreFactory:
+    """Makes fresh stores at unique roots: ``store_factory("s3")``, ``.url("local")``."""
+
+    def __init__(self, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+        self._request = request
+        self._tmp_path = tmp_path
+
+    def url(self, backend: str, name: str = "t") -> tuple[str, dict[str, Any]]:
+        """(url, storage_options) of a fresh, empty location for ``backend``."""
+        require_backend(backend)
+        unique = f"{name}-{uuid.uuid4().hex[:12]}"
+        if backend == "memory":
+            return f"memory://txlog-tests/{unique}", {}
+        if backend == "local":
+            return str(self._tmp_path / unique), {}
+        if backend == "s3":
+            server = self._request.getfixturevalue("seaweed")
+            return server.fresh_url(name), dict(server.storage_options)
+        if backend == "azure":
+            server = self._request.getfixturevalue("azurite")
+            return server.fresh_url(name), dict(server.storage_options)
+        raise ValueError(f"unknown test backend {backend!r}")
+
+    def __call__(self, backend: str, name: str = "t") -> ObjectStore:
+        url, options = self.url(backend, name)
+        return open_store(url, options)
+
+
+@pytest.fixture
+def store_factory(request: pytest.FixtureRequest, tmp_path: Path) -> StoreFactory:
+    """``store_factory(backend, name="t") -> ObjectStore`` at a fresh unique root;
+    ``store_factory.url(backend, name="t") -> (url, storage_options)``."""
+    return StoreFactory(request, tmp_path)
+
+
+@pytest.fixture(params=_backend_params(ALL_BACKENDS))
+def any_store(request: pytest.FixtureRequest, store_factory: StoreFactory) -> ObjectStore:
+    """A fresh, empty store; the test runs once per backend (memory, local, s3, azure)."""
+    return store_factory(request.param)
+
+
+@pytest.fixture(params=_backend_params(SHARED_BACKENDS))
+def shared_store(request: pytest.FixtureRequest, store_factory: StoreFactory) -> ObjectStore:
+    """A fresh store that other processes can see (local, s3, azure)."""
+    return store_factory(request.param)
+
+
+
+# --- Spark ---------------------------------------------------------------------------
+# ``spark``: one local[2] SparkSession for the whole run (tests/spark_session.py).
+
+from spark_session import spark  # noqa: E402,F401
