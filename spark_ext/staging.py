@@ -170,46 +170,61 @@ def _as_uint(fsb: pa.Array, lo: int, width: int) -> pa.Array:
     return out.cast(_U32)
 
 
+def _hash_fixed(fsb: pa.Array, length: int) -> pa.Array:
+    """murmur2 of equal-length keys (a fixed_size_binary array), as uint32."""
+    h = pc.add(pa.nulls(len(fsb), _U32).fill_null(0),
+               pa.scalar((0x9747B28C ^ length) & 0xFFFFFFFF, _U32))
+    for i in range(length // 4):
+        k = _as_uint(fsb, 4 * i, 4)
+        k = _mul(k, _M)
+        k = _xor(k, _shr(k, 24))
+        k = _mul(k, _M)
+        h = _xor(_mul(h, _M), k)
+    rest = length & 3
+    tail = 4 * (length // 4)
+    if rest == 3:
+        h = _xor(h, pc.shift_left(_as_uint(fsb, tail + 2, 1), pa.scalar(16, _U32)))
+    if rest >= 2:
+        h = _xor(h, pc.shift_left(_as_uint(fsb, tail + 1, 1), pa.scalar(8, _U32)))
+    if rest >= 1:
+        h = _mul(_xor(h, _as_uint(fsb, tail, 1)), _M)
+    h = _xor(h, _shr(h, 13))
+    h = _mul(h, _M)
+    return _xor(h, _shr(h, 15))
+
+
 def murmur2_array(keys: pa.Array) -> pa.Array:
     """Kafka's murmur2 of each key (non-null, non-empty), as uint32: equal to
-    ``txlog.partitioner.murmur2(k) & 0xFFFFFFFF``.  Groups keys by length and hashes each
-    group with Arrow kernels, so no Python code runs per row."""
+    ``txlog.partitioner.murmur2(k) & 0xFFFFFFFF``; null for null or empty keys.
+
+    Keys are sorted by length (one stable sort) and each run of equal-length keys is
+    hashed with Arrow kernels, so no Python code runs per row."""
+    if isinstance(keys, pa.ChunkedArray):
+        keys = keys.combine_chunks()
     keys = keys.cast(pa.binary()) if not pa.types.is_binary(keys.type) else keys
     n = len(keys)
-    lengths = pc.binary_length(keys)
-    out: pa.Array = pa.nulls(n, _U32)
     if n == 0:
-        return out
-    for length in pc.unique(lengths.drop_null()).to_pylist():
-        idx = pc.indices_nonzero(pc.equal(lengths, length).fill_null(False))
-        group = keys.take(idx)
+        return pa.array([], _U32)
+    lengths = pc.binary_length(keys).fill_null(0)
+    order = pc.sort_indices(lengths)
+    ree = pc.run_end_encode(lengths.take(order))
+    runs = list(zip(ree.run_ends.to_pylist(), ree.values.to_pylist(), strict=True))
+    if len(runs) == 1 and runs[0][1] == 0:
+        return pa.nulls(n, _U32)
+    by_length = keys.take(order)
+    pieces = []
+    start = 0
+    for end, length in runs:
+        count = end - start
         if length == 0:
-            continue
-        fsb = _fixed(group, length)
-        h = pa.array([(0x9747B28C ^ length) & 0xFFFFFFFF] * 1, _U32)
-        h_arr = pc.add(pa.nulls(len(group), _U32).fill_null(0), h[0])
-        for i in range(length // 4):
-            k = _as_uint(fsb, 4 * i, 4)
-            k = _mul(k, _M)
-            k = _xor(k, _shr(k, 24))
-            k = _mul(k, _M)
-            h_arr = _mul(h_arr, _M)
-            h_arr = _xor(h_arr, k)
-        rest = length & 3
-        tail = 4 * (length // 4)
-        if rest == 3:
-            h_arr = _xor(h_arr, pc.shift_left(_as_uint(fsb, tail + 2, 1), pa.scalar(16, _U32)))
-        if rest >= 2:
-            h_arr = _xor(h_arr, pc.shift_left(_as_uint(fsb, tail + 1, 1), pa.scalar(8, _U32)))
-        if rest >= 1:
-            h_arr = _xor(h_arr, _as_uint(fsb, tail, 1))
-            h_arr = _mul(h_arr, _M)
-        h_arr = _xor(h_arr, _shr(h_arr, 13))
-        h_arr = _mul(h_arr, _M)
-        h_arr = _xor(h_arr, _shr(h_arr, 15))
-        out = pc.replace_with_mask(
-            out, pc.equal(lengths, length).fill_null(False), h_arr)
-    return out
+            pieces.append(pa.nulls(count, _U32))
+        else:
+            pieces.append(_hash_fixed(_fixed(by_length.slice(start, count), length), length))
+        start = end
+    hashed = pa.concat_arrays(pieces)
+    if len(runs) == 1:
+        return hashed
+    return hashed.take(pc.sort_indices(order))  # back to input order
 
 
 def partitions_for_keys(keys: pa.Array, num_partitions: int) -> pa.Array:

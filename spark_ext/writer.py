@@ -361,7 +361,7 @@ def sweep(lg: Log, prefixes: Iterable[str], keep: Iterable[str] = ()) -> int:
 def commit_staged(wo: WriteOptions, files: list[StagedFile], txns: Iterable[str],
                   topics: Iterable[str], *, app_id: str | None = None,
                   app_version: int | None = None,
-                  transactional_id: str | None = None) -> CommitResult:
+                  transactional_id: str | None = None, lg: Log | None = None) -> CommitResult:
     """Append the staged ``files`` to their partitions and commit, in one transaction.
 
     ``txns``/``topics`` name the staging folders to sweep afterwards.  With ``app_id``,
@@ -371,7 +371,7 @@ def commit_staged(wo: WriteOptions, files: list[StagedFile], txns: Iterable[str]
     from txlog.app_versions import app_transactional_id, committed_app_version
     from txlog.offsets import read_committed_offsets
 
-    lg = wo.connect()
+    lg = lg if lg is not None else wo.connect()
     order = sorted(files, key=lambda f: (f.topic, f.partition, f.task, f.seq, f.key))
     prefixes = _staging_prefixes(lg, set(topics) | {f.topic for f in files}, txns)
     if app_id is not None:
@@ -416,6 +416,9 @@ def commit_staged(wo: WriteOptions, files: list[StagedFile], txns: Iterable[str]
         lg.store.put(p + COMMIT_STARTED, marker)
     producer.begin_transaction()
     try:
+        tps = sorted({TopicPartition(f.topic, f.partition) for f in order})
+        if len(tps) > 1:  # one state-log write registers them all
+            producer.add_partitions_to_transaction(tps)
         for f in order:
             producer.send_staged(TopicPartition(f.topic, f.partition), f.key, f.rows,
                                  f.nbytes, f.ts_min, f.ts_max)

@@ -181,6 +181,18 @@ class Producer:
             return int(self._guard(lambda: self._append_object(
                 tp, data_key, num_rows, nbytes, ts_min, ts_max)))
 
+    def add_partitions_to_transaction(self, tps: Any) -> None:
+        """Register ``tps`` with the open transaction in one state-log write (optional:
+        every write registers its own partition; this saves a write per partition when
+        many are about to be written, e.g. by a Spark commit)."""
+        self._require_txn()
+        self._check_state(State.IN_TRANSACTION, "add_partitions_to_transaction()")
+        tps = [TopicPartition(*tp) for tp in tps]
+        for tp in tps:
+            self.log.partition_log(tp)  # validates topic and partition
+        with self._lock:
+            self._guard(lambda: self._register(tps))
+
     def send_app_version(self, app_id: str, version: int) -> None:
         """Record, inside this transaction, that ``app_id`` committed ``version`` (Delta's
         txnAppId/txnVersion): visible through committed_app_version() once it commits."""

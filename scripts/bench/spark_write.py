@@ -1,0 +1,190 @@
+"""Spark transactional write (``format("txlog")``) vs ``df.write.parquet`` of the same rows.
+
+Issue 6: one cached DataFrame of N Kafka-shaped records (string keys, 100-byte values),
+written in one Spark session (local[2]), interleaved over several rounds, as
+
+* ``df.write.format("txlog")`` to an 8-partition topic: tasks stage Parquet per target
+  partition (Kafka's murmur2 of the key), the driver appends and commits one transaction;
+* ``df.write.parquet`` of the same DataFrame (snappy, as txlog writes);
+
+and reports rows/s and the throughput ratio (goal: txlog >= 0.9 of Parquet).
+
+It also counts the object-store requests of one commit (``log.store.counter``) as a
+function of the number of partitions written: files are staged outside Spark (exactly as
+a task stages them) and ``spark_ext.writer.commit_staged`` runs on a fresh ``Log``, as the
+commit worker does.
+
+    .venv/bin/python scripts/bench/spark_write.py            # 1,000,000 records (--small)
+    .venv/bin/python scripts/bench/spark_write.py --full     # 5,000,000 records
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import common as C
+
+PARTITIONS = 8
+VALUE_SIZE = 100
+COMMIT_PARTITIONS = (1, 2, 4, 8, 16, 32)
+
+
+def start_spark() -> Any:
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    spark = (SparkSession.builder.master("local[2]").appName("txlog-spark-write")
+             .config("spark.sql.shuffle.partitions", "2")
+             .config("spark.ui.enabled", "false")
+             .config("spark.ui.showConsoleProgress", "false")
+             .config("spark.driver.memory", "2g")
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    import spark_ext
+
+    spark_ext.register(spark)
+    return spark
+
+
+def dir_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def commit_requests(work: Path, partitions: int) -> dict[str, Any]:
+    """Object-store requests of one commit that appends one staged file per partition."""
+    import pyarrow as pa
+
+    import txlog
+    from spark_ext import staging
+    from spark_ext.writer import commit_staged, new_staging_id, parse_write_options
+
+    url = str(work / f"commit-{partitions}")
+    setup = txlog.connect(url)
+    setup.create_topic("t", partitions=partitions)
+    wo = parse_write_options({"path": url, "topic": "t"}, streaming=False)
+    results = []
+    for _ in range(2):  # the second commit sees partitions that already have a log
+        txn = new_staging_id()
+        info = setup.topic("t")
+        spec = staging.StageSpec(url=url, storage_options={}, txn=txn, topic="t",
+                                 targets={"t": staging.TopicTarget("t", partitions, True,
+                                                                   info.schema)},
+                                 columns=["key", "value"], partitioner="default")
+        stager = staging.Stager(spec, task=0, attempt_id=0, attempt=0)
+        for p in range(partitions):
+            stager.add(pa.record_batch({"value": pa.array([b"v"] * 10),
+                                        "partition": pa.array([p] * 10, pa.int32())}))
+        files = stager.finish()
+        lg = txlog.connect(url)  # fresh caches, as in Spark's commit worker
+        lg.store.counter.reset()
+        res = commit_staged(wo, files, [txn], ["t"], lg=lg)
+        assert res.files == partitions and res.skipped is None
+        results.append(dict(lg.store.counter.snapshot()["requests"]))
+    first, steady = results
+    return {"partitions": partitions, "first_commit": sum(first.values()),
+            "requests": sum(steady.values()), "by_kind": steady}
+
+
+def main() -> None:
+    args = C.parse_args(__doc__.splitlines()[0], stores=False, extra=lambda p: p.add_argument(
+        "--records", type=int, default=None,
+        help="records (default: tiny 50,000, small 1,000,000, full 5,000,000)"))
+    records = args.records or C.pick(args.mode, 50_000, 1_000_000, 5_000_000)
+    rounds = args.rounds or C.pick(args.mode, 1, 3, 5)
+    work = Path(tempfile.mkdtemp(prefix="txlog-spark-write-"))
+    try:
+        run(args.mode, records, rounds, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def run(mode: str, records: int, rounds: int, work: Path) -> None:
+    import txlog
+
+    C.progress("object-store requests per commit")
+    per_commit = [commit_requests(work, n) for n in COMMIT_PARTITIONS]
+
+    spark = start_spark()
+    from pyspark.sql import functions as F
+
+    df = (spark.range(0, records, numPartitions=2)
+          .select(F.concat(F.lit("user-"), (F.col("id") % 100_003).cast("string")).alias("key"),
+                  F.concat(F.lpad(F.col("id").cast("string"), 12, "0"),
+                           F.lit("x" * (VALUE_SIZE - 12))).cast("binary").alias("value"))
+          .cache())
+    assert df.count() == records
+
+    url = str(work / "lake")
+    lg = txlog.connect(url)
+    lg.create_topic("bench", partitions=PARTITIONS)
+
+    def write_txlog(i: int) -> Path:
+        (df.write.format("txlog").option("path", url).option("topic", "bench")
+         .mode("append").save())
+        return Path(url) / "topics" / "bench"
+
+    def write_parquet(i: int) -> Path:
+        out = work / f"parquet-{i}"
+        df.write.parquet(str(out))
+        return out
+
+    variants = {"txlog": write_txlog, "parquet": write_parquet}
+    for name, fn in variants.items():  # warm-up: JIT, Python workers
+        C.progress(f"warm-up {name}")
+        fn(-1)
+    times: dict[str, list[float]] = {n: [] for n in variants}
+    sizes: dict[str, int] = {}
+    for r in range(rounds):
+        for name, fn in variants.items():
+            before = dir_bytes(Path(url)) if name == "txlog" else 0
+            with C.Timer() as t:
+                out = fn(r)
+            times[name].append(t.elapsed)
+            sizes[name] = dir_bytes(out) - before
+            C.progress(f"round {r + 1}/{rounds} {name}: {t.elapsed:.2f}s")
+    spark.stop()
+
+    check = txlog.connect(url)
+    hw = sum(check.partition_log(tp).refresh().high_watermark
+             for tp in check.partitions_for("bench"))
+    written = records * (rounds + 1)
+    assert hw >= written, (hw, written)
+
+    rate = {n: records / C.median(times[n]) for n in variants}
+    ratio = C.ratio(rate["txlog"], rate["parquet"])
+    rows = [[n, C.median(times[n]), rate[n], sizes[n] / 1e6, C.ratio(rate[n], rate["parquet"])]
+            for n in variants]
+    C.print_table(f"Spark write, {records:,} records, {VALUE_SIZE}-byte values, topic of "
+                  f"{PARTITIONS} partitions, local[2], median of {rounds}",
+                  ["writer", "seconds", "rows/s", "MB", "vs parquet"], rows)
+    C.print_table("Object-store requests of one commit (one staged file per partition; "
+                  "steady state, and the very first commit to a fresh topic)",
+                  ["partitions", "requests", "per partition", "first commit", "by kind"],
+                  [[c["partitions"], c["requests"], c["requests"] / c["partitions"],
+                    c["first_commit"],
+                    ", ".join(f"{k}={v}" for k, v in sorted(c["by_kind"].items()))]
+                   for c in per_commit])
+    a, b = per_commit[0], per_commit[-1]
+    slope = (b["requests"] - a["requests"]) / (b["partitions"] - a["partitions"])
+    goals = [{"name": "format('txlog') transactional write vs df.write.parquet throughput",
+              "store": "local", "measured": ratio, "target": 0.9, "cmp": ">=",
+              "pass": bool(ratio >= 0.9)}]
+    C.emit_json("spark_write", mode, records=records, rounds=rounds, partitions=PARTITIONS,
+                ratio=ratio, rows_per_s=C.clean(rate),
+                seconds=C.clean({n: times[n] for n in variants}),
+                requests_per_commit=C.clean({str(c["partitions"]): c["requests"]
+                                             for c in per_commit}),
+                requests_per_extra_partition=C.clean(slope),
+                commit_detail=C.clean(per_commit), goals=C.clean(goals))
+
+
+if __name__ == "__main__":
+    main()
