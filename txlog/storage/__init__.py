@@ -11,7 +11,7 @@ from txlog.storage.base import ObjectStore, RequestCounter, check_key
 from txlog.storage.local import LocalStore
 from txlog.storage.memory import MemoryStore
 
-__all__ = ["ObjectStore", "RequestCounter", "check_key", "open_store", "LocalStore", "MemoryStore"]
+__all__ = ["LocalStore", "MemoryStore", "ObjectStore", "RequestCounter", "check_key", "open_store"]
 
 # Backends whose create-only-if-absent is atomic (DESIGN.md, "The one atomic primitive").
 REMOTE_SCHEMES = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs", "abfs": "azure",
