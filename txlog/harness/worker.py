@@ -234,7 +234,10 @@ class Worker:
                 # A newer instance takes over; this one keeps writing and tries to commit.
                 nxt = self.new_producer(self.txn_id)
                 extra = [self._plan_sends(f"{tag}z")[0]]
-                self.rec.complete(oid, "txn", "info", {"note": "zombie continues"})
+                if nxt is not None:  # its init_transactions() aborted this transaction
+                    self.rec.complete(oid, "txn", "fail", None, "fenced by a new instance")
+                else:
+                    self.rec.complete(oid, "txn", "info", {"note": "zombie continues"})
                 oid = self.rec.invoke("txn", {"txn_id": self.txn_id, "sends": extra,
                                               "mode": "zombie-late", "pid": prod.producer_id,
                                               "epoch": prod.epoch})
