@@ -71,6 +71,7 @@ def produce(root: str) -> tuple[set[int], set[int]]:
             order = {"id": i, "customer": f"c{rng.randrange(60)}",
                      "amount": round(rng.uniform(1, 500), 2)}
             p.send(SOURCE, json.dumps(order).encode(), key=order["customer"].encode())
+        p.flush()  # the records are in the log now, committed or not
         if t in aborted_txns:
             p.abort_transaction()
             aborted.update(ids)
@@ -100,7 +101,7 @@ def transform(df: Any) -> Any:
     return o.select("key", F.to_json(enriched).alias("value"))
 
 
-def pipeline(root: str) -> None:
+def pipeline(root: str, run: int) -> None:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
@@ -119,7 +120,7 @@ def pipeline(root: str) -> None:
 
     def report(r: eos.Round) -> None:
         state = "committed" if r.committed else "already done by an earlier run"
-        say(f"    round {r.number}: source offsets {sum(r.start.values())}.."
+        say(f"    run {run}, round {r.number}: source offsets {sum(r.start.values())}.."
             f"{sum(r.end.values())} ({r.offsets} offsets) {state}")
 
     res = eos.run(spark, path=root, source_topic=SOURCE, sink_topic=SINK, group_id=GROUP,
@@ -147,14 +148,15 @@ def kill_session(sid: int) -> int:
     return killed
 
 
-def run_child(root: str, pause_dir: Path | None) -> subprocess.Popen[bytes]:
+def run_child(root: str, pause_dir: Path | None, run: int) -> subprocess.Popen[bytes]:
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
     if pause_dir is not None:
         # The writer's crash-test hook: stop inside the commit of round KILL_IN_ROUND, after
         # its output was appended and before the transaction commits.
         env.update(TXLOG_TEST_PAUSE_DIR=str(pause_dir), TXLOG_TEST_PAUSE_AT="before-commit",
                    TXLOG_TEST_PAUSE_SKIP=str(KILL_IN_ROUND - 1))
-    return subprocess.Popen([sys.executable, __file__, "--pipeline", "--dir", root], env=env,
+    return subprocess.Popen([sys.executable, __file__, "--pipeline", "--dir", root,
+                             "--run", str(run)], env=env,
                             cwd=REPO, start_new_session=True)
 
 
@@ -175,6 +177,15 @@ def verify(root: str, committed: set[int], aborted: set[int]) -> bool:
             break
         out.extend(got)
     ids = collections.Counter(json.loads(r.value)["id"] for r in out)
+    raw = lg.consumer(isolation_level="read_uncommitted")
+    raw.assign(lg.partitions_for(SOURCE))
+    raw.seek_to_beginning()
+    in_log = 0
+    while True:
+        got = raw.poll(max_records=100_000)
+        if not got:
+            break
+        in_log += sum(1 for r in got if json.loads(r.value)["id"] in aborted)
     dupes = sum(n - 1 for n in ids.values() if n > 1)
     seen_aborted = len(set(ids) & aborted)
     missing = len(committed - set(ids))
@@ -189,6 +200,7 @@ def verify(root: str, committed: set[int], aborted: set[int]) -> bool:
         ("input records produced", len(committed) + len(aborted), None),
         ("  in committed transactions", len(committed), None),
         ("  in aborted transactions", len(aborted), None),
+        ("  aborted ones in the source log", in_log, in_log == len(aborted)),
         ("output records (read_committed)", len(out), len(out) == len(committed)),
         ("distinct input ids in output", len(ids), len(ids) == len(committed)),
         ("duplicates", dupes, dupes == 0),
@@ -216,10 +228,11 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dir", default="./demo-data", help="txlog root (wiped at start)")
     ap.add_argument("--pipeline", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--run", type=int, default=1, help=argparse.SUPPRESS)
     args = ap.parse_args()
     root = str(Path(args.dir).resolve())
     if args.pipeline:
-        pipeline(root)
+        pipeline(root, args.run)
         return 0
 
     shutil.rmtree(root, ignore_errors=True)
@@ -232,7 +245,7 @@ def main() -> int:
     say(f"2. exactly-once pipeline '{SOURCE}' -> '{SINK}' in a child process; it will be "
         f"SIGKILLed inside the commit of round {KILL_IN_ROUND}")
     pause = Path(tempfile.mkdtemp(prefix="txlog-demo-pause-"))
-    child = run_child(root, pause)
+    child = run_child(root, pause, 1)
     while not (pause / "paused").exists():
         if child.poll() is not None:
             say(f"the pipeline exited ({child.returncode}) before reaching the kill point")
@@ -251,7 +264,7 @@ def main() -> int:
         f"{KILL_IN_ROUND}'s transaction was open in {open_txns} sink partitions")
 
     say("3. the same pipeline again, to completion")
-    child = run_child(root, None)
+    child = run_child(root, None, 2)
     if child.wait() != 0:
         say(f"the pipeline failed ({child.returncode})")
         return 1

@@ -385,6 +385,10 @@ def commit_staged(wo: WriteOptions, files: list[StagedFile], txns: Iterable[str]
     rows = sum(f.rows for f in order)
     nparts = len({(f.topic, f.partition) for f in order})
     result = CommitResult(tid, len(order), rows, nparts)
+    if not order and app_id is None and wo.send_offsets is None:
+        result.skipped = "no rows: nothing to commit"
+        result.swept = sweep(lg, prefixes)  # failed attempts may have staged files
+        return result
 
     producer: Producer = lg.producer(transactional_id=tid, **wo.producer_config)
     producer.init_transactions()  # fences earlier runs and settles what they left open
