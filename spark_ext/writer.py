@@ -415,7 +415,9 @@ def commit_staged(wo: WriteOptions, files: list[StagedFile], txns: Iterable[str]
         return result
 
     # Tell a later abort() that appends may have happened: it must then keep listed files.
-    marker = json.dumps({"transactional_id": tid, "ms": now_ms()}).encode()
+    # A transactional.id made up for this job alone may be settled by abort() at once.
+    own = app_id is None and transactional_id is None and wo.transactional_id is None
+    marker = json.dumps({"transactional_id": tid, "own": own, "ms": now_ms()}).encode()
     for p in _staging_prefixes(lg, {f.topic for f in order}, txns):
         lg.store.put(p + COMMIT_STARTED, marker)
     producer.begin_transaction()
@@ -455,10 +457,28 @@ def abort_staged(wo: WriteOptions, messages: Iterable[TxlogCommitMessage | None]
     if topics is None:  # rows named their topics: look in every topic's staging folder
         topics = set(lg.list_topics()) | {f.topic for m in msgs for f in m.files}
     prefixes = _staging_prefixes(lg, topics, txns)
-    started = any(lg.store.exists(p + COMMIT_STARTED) for p in prefixes)
-    keep = listed if started else set()
-    if started:
-        keep |= {p + COMMIT_STARTED for p in prefixes}
+    markers = []
+    for p in prefixes:
+        try:
+            markers.append(json.loads(lg.store.get(p + COMMIT_STARTED)))
+        except KeyError:
+            continue
+    if not markers:
+        return sweep(lg, prefixes)
+    # The commit started appending.  If the transactional.id was this job's own, settle
+    # its transaction now (an open one is aborted, a decided commit completed) rather than
+    # leaving it to hold the last stable offset until it times out.  A shared id (txnAppId,
+    # an explicit transactional.id) is left alone: that could fence a newer run.
+    for m in markers:
+        if m.get("own"):
+            try:
+                settle = lg.producer(transactional_id=str(m["transactional_id"]))
+                settle.init_transactions()
+                settle.close()
+            except Exception as exc:
+                log.warning("could not settle transaction %s: %s", m["transactional_id"], exc)
+            break
+    keep = listed | {p + COMMIT_STARTED for p in prefixes}
     return sweep(lg, prefixes, keep=keep)
 
 

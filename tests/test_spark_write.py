@@ -224,6 +224,82 @@ def test_exactly_once_helper_reads_committed_and_commits_offsets(spark: Any,
     assert c.committed(lg.partitions_for("in")) == lso
 
 
+# -- driver-side logic without Spark ----------------------------------------------------------
+
+
+def test_vectorised_partitioner_matches_kafka() -> None:
+    import random
+
+    import pyarrow as pa
+
+    from spark_ext.staging import partitions_for_keys
+
+    rng = random.Random(5)
+    keys = [bytes(rng.randrange(256) for _ in range(rng.randrange(0, 20))) for _ in range(3000)]
+    keys += [None, b"", "k\u00e9y".encode()]
+    for n in (1, 3, 7, 64):
+        got = partitions_for_keys(pa.array(keys, pa.binary()), n).to_pylist()
+        want = [partition_for_key(k, n) if k else None for k in keys]
+        assert got == want
+
+
+def _staged(root: str, topic: str, txn: str, rows: int, attempt: int = 0) -> list[Any]:
+    import pyarrow as pa
+
+    from spark_ext import staging
+
+    lg = txlog.connect(root)
+    info = lg.topic(topic)
+    spec = staging.StageSpec(url=root, storage_options={}, txn=txn, topic=topic,
+                             targets={topic: staging.TopicTarget(topic, info.partitions, True,
+                                                                 info.schema)},
+                             columns=["key", "value"])
+    batch = pa.record_batch({"key": pa.array([f"k{i}" for i in range(rows)]),
+                             "value": pa.array([f"v{i}".encode() for i in range(rows)])})
+    return staging.stage(spec, [batch], task=0, attempt_id=attempt, attempt=attempt)
+
+
+def test_abort_after_a_commit_died_settles_and_keeps_listed_files(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Spark calls abort() when commit() fails.  If the commit had appended batches, the
+    files the messages list stay (they are referenced by the log), unlisted ones go, and a
+    job-owned transaction left open is settled at once instead of holding the LSO."""
+    from spark_ext import writer
+
+    root = str(tmp_path / "lake")
+    lg = txlog.connect(root)
+    lg.create_topic("t", partitions=2)
+    txn = writer.new_staging_id()
+    files = _staged(root, "t", txn, 20)
+    stray = _staged(root, "t", txn, 5, attempt=1)  # another attempt's files: in no message
+    wo = writer.parse_write_options({"path": root, "topic": "t"}, streaming=False)
+
+    class Died(BaseException):
+        pass
+
+    def die(point: str) -> None:
+        if point == "before-commit":
+            raise Died  # as if the worker died: no abort_transaction either
+
+    monkeypatch.setattr(writer, "_pause_point", die)
+    monkeypatch.setattr("txlog.producer.Producer.abort_transaction", lambda self: None)
+    with pytest.raises(Died):
+        writer.commit_staged(wo, files, [txn], ["t"])
+    states = [lg.partition_log(tp).refresh() for tp in lg.partitions_for("t")]
+    assert any(st.open_txns for st in states)  # the transaction is open, holding the LSO
+    monkeypatch.undo()
+
+    msg = writer.TxlogCommitMessage(txn, files)
+    writer.abort_staged(wo, [msg, None], [txn], ["t"])
+    states = [lg.partition_log(tp).refresh() for tp in lg.partitions_for("t")]
+    assert not any(st.open_txns for st in states)
+    assert all(st.last_stable_offset == st.high_watermark for st in states)
+    assert read_all(lg, "t") == []
+    left = set(staged_objects(root, "t"))
+    assert {f.key for f in files} <= left
+    assert not {f.key for f in stray} & left
+
+
 # -- child-process scenarios -------------------------------------------------------------------
 
 
