@@ -4,12 +4,68 @@
     spark_ext.register(spark)                        # format "txlog"
     df = (spark.read.format("txlog").option("path", "s3://bucket/lake")
           .option("subscribe", "orders").load())     # read_committed by default
-    df = spark_ext.read(spark, path="s3://bucket/lake", subscribe="orders")  # native Parquet scan
+    df = spark_ext.read(spark, "s3://bucket/lake", subscribe="orders")  # native Parquet scan
+    q = (spark.readStream.format("txlog").option("path", "s3://bucket/lake")
+         .option("subscribe", "orders").option("maxOffsetsPerTrigger", 100000).load()
+         .writeStream.option("checkpointLocation", "...").trigger(availableNow=True)...)
 
-``spark_ext.read`` plans on the driver exactly as ``format("txlog")`` does and then scans
-the chosen batch objects with Spark's own Parquet reader: the fast path for large batch
-reads.  A package named ``pyspark_txlog`` on the workers' Python path also makes
-``format("txlog")`` available without ``register`` (pyspark's data source discovery).
+Read options (Spark's Kafka source names where the meaning is the same; names are
+case-insensitive; an unknown option or a bad value fails at ``load()``/``start()`` with a
+``txlog.errors.ConfigError`` naming it):
+
+``path``                     the txlog root URL (required; also ``.load(path)``)
+``topic`` | ``subscribe`` | ``subscribePattern`` | ``assign``
+                             one topic | comma list | regex | JSON ``{"orders": [0, 1]}``
+``startingOffsets``          ``earliest`` (batch default), ``latest`` (streaming default) or
+                             JSON ``{"orders": {"0": 23, "1": -2}}`` (-2 earliest, -1 latest)
+``endingOffsets``            batch only: ``latest`` (default) or JSON as above
+``startingTimestamp`` / ``endingTimestamp``  ms since the epoch, all partitions
+``startingOffsetsByTimestamp`` / ``endingOffsetsByTimestamp``  JSON ``{"orders": {"0": ms}}``
+``startingOffsetsByTimestampStrategy``  ``error`` (default) or ``latest`` when no record is
+                             at or after the timestamp
+``isolation.level``          ``read_committed`` (default) or ``read_uncommitted``
+                             (``kafka.isolation.level`` is accepted as a synonym)
+``storage_options``          JSON object passed to fsspec (credentials, endpoint, ...)
+``maxOffsetsPerTrigger``     streaming admission control (offsets per micro-batch)
+``failOnDataLoss``           ``true`` (default): fail when planned data is gone (retention,
+                             compaction, a recreated topic); ``false``: skip it
+``includeHeaders``           ``true`` (default) adds Kafka's ``headers`` column
+``minPartitions`` / ``maxPartitionBytes``  Spark input partitions: at least this many
+                             (default one per topic-partition with data), at most this big
+
+Columns: Kafka-shaped topics give Spark's Kafka schema (``key``, ``value``, ``topic``,
+``partition``, ``offset``, ``timestamp``, ``timestampType``, ``headers``; timestampType 0 is
+the record's own time, 1 the append time used when the record has none).  Typed topics
+give their own columns plus ``topic``, ``partition``, ``offset`` and ``timestamp`` (the
+batch's append time).
+
+Fast path.  ``format("txlog")`` is a Python data source: rows travel from Python workers
+to the JVM as Arrow.  ``spark_ext.read(spark, path, **options)`` takes the same options
+(dotted names with underscores, e.g. ``isolation_level=``; ``storage_options`` may be a
+dict), makes the same plan on the driver and scans the chosen batch objects with Spark's
+own Parquet reader (``_metadata.row_index`` gives the offsets), so column pruning and
+Parquet speed apply.  A Python data source cannot hand Spark a native plan, so
+``format("txlog")`` cannot route to it: use ``spark_ext.read`` for large batch reads.
+Spark opens the files itself on that path, so it needs the store's Hadoop filesystem
+(``s3a://`` + hadoop-aws, ``abfss://``, ``gs://``) configured in Spark as well.
+
+Without ``register``: pyspark discovers Python data sources by importing top-level modules
+named ``pyspark_*`` that define ``DefaultSource`` (there is no entry-point group); the
+``pyspark_txlog`` package shipped with txlog is one, so an installed txlog (wheel, cluster
+library) makes ``format("txlog")`` available in every new session.
+
+Databricks.  PySpark data sources need Databricks Runtime 15.4 LTS+ (or serverless);
+this reader also uses the Spark 4.2 streaming API (``latestOffset(start, limit)``, read
+limits, ``SupportsTriggerAvailableNow``), so it needs a runtime whose pyspark is 4.2 or
+newer, as ``pip install txlog[spark]`` does.  Install ``txlog`` as a cluster library (then
+``format("txlog")`` is discovered in every notebook), or ``%pip install txlog`` in the
+notebook and call ``spark_ext.register(spark)`` (notebook-scoped installs are not seen by
+discovery).  Credentials go in ``storage_options`` (e.g. from a secret scope:
+``json.dumps({"key": dbutils.secrets.get(...), "secret": ...})``); nothing is read from the
+cluster's Spark conf.  ``CREATE TABLE ... USING txlog`` drops OPTIONS: read with
+``spark.read.format("txlog")`` in code, not through a catalog table.
+Errors raised by txlog inside Spark carry their class and message
+(``txlog.errors.ConfigError: unknown option 'startingofsets' ...``) in the Spark exception.
 """
 
 from __future__ import annotations

@@ -22,6 +22,8 @@ import string
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
+
 from spark_ext.options import options_from_kwargs, parse_read_options
 from spark_ext.read_plan import BatchPlan, OutputShape, plan_batch
 
@@ -71,15 +73,37 @@ def read(spark: SparkSession, path: str | None = None, options: dict[str, Any] |
     return plan_to_dataframe(spark, log.store, plan_batch(ro, log))
 
 
+#: Up to this many files are given to Spark one by one (Spark lists up to 32 paths on the
+#: driver, more with a distributed job); above it, their directories are listed instead
+#: and the files picked with a ``_metadata.file_name`` filter, which Spark applies as a
+#: file-pruning filter before any file is opened.
+MAX_EXPLICIT_FILES = 32
+
+
+def _scan(spark: SparkSession, store: ObjectStore, shape: OutputShape, keys: list[str],
+          names: dict[str, str]) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    reader = spark.read.schema(stored_spark_schema(shape))
+    if len(keys) <= MAX_EXPLICIT_FILES:
+        return reader.parquet(*[store.full_path(k) for k in keys])
+    dirs = sorted({k.rsplit("/", 1)[0] for k in keys})
+    df = reader.parquet(*[store.full_path(d) for d in dirs])
+    # Spark skips files whose names start with '_' or '.': make sure none was planned.
+    listed = {f.rsplit("/", 1)[-1] for f in df.inputFiles()}  # URI-encoded, like names
+    missing = sorted(k for k in keys if names[k] not in listed)
+    if missing:
+        from txlog.errors import StorageError
+
+        raise StorageError(
+            f"Spark's Parquet reader does not see {len(missing)} planned batch objects, e.g. "
+            f"{missing[0]!r} (it ignores files starting with '_' or '.', and needs the "
+            "store's Hadoop filesystem configured); read with format('txlog') instead")
+    return df.where(F.col("_metadata.file_name").isin(sorted(set(names.values()))))
+
+
 def plan_to_dataframe(spark: SparkSession, store: ObjectStore, plan: BatchPlan) -> DataFrame:
     from pyspark.sql import functions as F
-    from pyspark.sql.types import (
-        IntegerType,
-        LongType,
-        StringType,
-        StructField,
-        StructType,
-    )
 
     shape = plan.shape
     out_schema = shape.spark_schema()
@@ -89,18 +113,20 @@ def plan_to_dataframe(spark: SparkSession, store: ObjectStore, plan: BatchPlan) 
     keys = sorted({s.key for s in plan.slices})
     names = {k: uri_quote(k.rsplit("/", 1)[-1]) for k in keys}
     ambiguous = any(n > 1 for n in Counter(names.values()).values())
-    span_schema = StructType([
-        StructField("_t_name", StringType(), False), StructField("_t_key", StringType(), False),
-        StructField("topic", StringType(), False), StructField("partition", IntegerType(), False),
-        StructField("_t_base", LongType(), False), StructField("_t_lo", LongType(), False),
-        StructField("_t_hi", LongType(), False), StructField("_t_append_ms", LongType(), False),
-    ])
-    spans = spark.createDataFrame(
-        [(names[s.key], "/" + uri_quote(s.key), s.topic, s.partition, s.base_offset, s.skip,
-          s.skip + s.take, s.append_ms) for s in plan.slices], span_schema)
+    # The slice table goes to the JVM as Arrow (a local relation: no Python tasks).
+    sl = plan.slices
+    spans = spark.createDataFrame(pa.table({
+        "_t_name": pa.array([names[s.key] for s in sl], pa.string()),
+        "_t_key": pa.array(["/" + uri_quote(s.key) for s in sl], pa.string()),
+        "topic": pa.array([s.topic for s in sl], pa.string()),
+        "partition": pa.array([s.partition for s in sl], pa.int32()),
+        "_t_base": pa.array([s.base_offset for s in sl], pa.int64()),
+        "_t_lo": pa.array([s.skip for s in sl], pa.int64()),
+        "_t_hi": pa.array([s.skip + s.take for s in sl], pa.int64()),
+        "_t_append_ms": pa.array([s.append_ms for s in sl], pa.int64()),
+    }))
 
-    data = (spark.read.schema(stored_spark_schema(shape))
-            .parquet(*[store.full_path(k) for k in keys])
+    data = (_scan(spark, store, shape, keys, names)
             .select(*[F.col(f"`{c}`") for c in shape.data_columns],
                     F.col("_metadata.file_name").alias("_t_fname"),
                     F.col("_metadata.file_path").alias("_t_fpath"),
