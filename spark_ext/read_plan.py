@@ -352,12 +352,16 @@ def plan_slices(log: Log, states: Mapping[TopicPartition, PartitionState],
         if not spans:
             continue
         b = st.batches
-        sizes = dict(zip(b.data, b.nbytes, strict=True))
+        sizes: dict[str, int] = {}
+        for d, n in zip(b.data, b.nbytes, strict=True):
+            sizes[d] = max(sizes.get(d, 0), n)  # a compacted segment's size is on one run
         for s in spans:
             nbytes = sizes.get(s.data, 0)
             est = max(1, nbytes * s.take // s.count) if s.count else 1
-            out.append(FileSlice(s.data, tp.topic, tp.partition, s.base_offset, s.skip,
-                                 s.take, s.append_ms, est))
+            # Inside a compacted segment a run starts at file row s.row: shifting the base
+            # keeps "offset of file row i = base_offset + i" true for the run's rows.
+            out.append(FileSlice(s.data, tp.topic, tp.partition, s.base_offset - s.row,
+                                 s.file_row, s.take, s.append_ms, est))
     return out
 
 
