@@ -155,7 +155,7 @@ def _cell(x: Any) -> str:
     if isinstance(x, list):
         return ", ".join(_cell(v) for v in x)
     if isinstance(x, float):
-        return f"{x:.3g}"
+        return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.3g}"
     return "-" if x is None else str(x)
 
 
@@ -167,7 +167,8 @@ def write_markdown(path: Path, report: dict[str, Any]) -> None:
              "SeaweedFS `weed mini` on 127.0.0.1, same machine).  ",
              f"Started {report['started']}, took {report['seconds']:.0f} s.  Each figure "
              "is a median over interleaved rounds of txlog and its baseline in the same "
-             "run.", "",
+             "run.  On a shared machine single rounds vary by 2x or more: compare ratios, "
+             "and re-run before trusting a pass or fail near its goal.", "",
              "## Goals", "",
              "| benchmark | goal | store | measured | target | pass |",
              "|---|---|---|---|---|---|"]
