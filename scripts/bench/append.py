@@ -3,8 +3,9 @@
 Appends batches of 1,000 records of 1 KB to one partition: txlog's (idempotent,
 non-transactional) producer ``send_batch`` + ``flush`` (one batch object plus one log
 entry per batch) against delta-rs ``write_deltalake(mode="append")`` of the same Arrow
-table (one Parquet file plus one commit per batch).  Rounds alternate which side goes
-first; figures are medians over rounds.
+table (one Parquet file plus one commit per batch).  The two sides alternate call by call
+(order flipped each time); figures are medians over rounds (batches/s counts the time
+spent in that side's own calls).
 
     .venv/bin/python scripts/bench/append.py [--tiny|--small|--full] [--store local|s3|both]
 """
@@ -37,25 +38,9 @@ def run_target(tg: C.Target, *, batches: int, rounds: int, records: int, size: i
     for fn in sides.values():
         for _ in range(2):
             fn()
-    lat: dict[str, list[float]] = {s: [] for s in sides}
-    rate: dict[str, list[float]] = {s: [] for s in sides}
-    reqs: dict[str, int] = {}
-    for r in range(rounds):
-        order = list(sides) if r % 2 == 0 else list(reversed(sides))
-        for side in order:
-            fn = sides[side]
-            before = C.counts(log.store)
-            t_round = C.perf()
-            for _ in range(batches):
-                t0 = C.perf()
-                fn()
-                lat[side].append(C.perf() - t0)
-            rate[side].append(batches / (C.perf() - t_round))
-            if side == "txlog":
-                for k, v in C.diff_counts(C.counts(log.store), before).items():
-                    reqs[k] = reqs.get(k, 0) + v
-        C.progress(f"{tg.name}: round {r + 1}/{rounds}: txlog {rate['txlog'][-1]:.1f} "
-                   f"batches/s, delta-rs {rate['delta'][-1]:.1f} batches/s")
+    m = C.interleaved(sides, rounds=rounds, per_round=batches, count_store=log.store,
+                      count_side="txlog", label=f"{tg.name}: ")
+    lat, rate, reqs = m["lat"], m["rate"], m["reqs"]
     producer.close()
     out: dict[str, Any] = {}
     for side in sides:
@@ -67,17 +52,17 @@ def run_target(tg: C.Target, *, batches: int, rounds: int, records: int, size: i
             "rounds_batches_per_s": rate[side],
         }
     out["txlog"]["requests_per_batch"] = C.per(reqs, batches * rounds)
-    out["ratio_vs_delta"] = C.ratio(out["txlog"]["batches_per_s"], out["delta"]["batches_per_s"])
     out["per_round_ratio"] = [C.ratio(a, b) for a, b in
                               zip(rate["txlog"], rate["delta"], strict=True)]
+    out["ratio_vs_delta"] = C.median(out["per_round_ratio"])
     out["delta_version"] = delta.version()
     return out
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = C.parse_args(__doc__.splitlines()[0], argv=argv)
-    batches = C.pick(args.mode, 3, 20, 100)
-    rounds = args.rounds or C.pick(args.mode, 1, 3, 5)
+    batches = C.pick(args.mode, 3, 10, 40)
+    rounds = args.rounds or C.pick(args.mode, 1, 5, 9)
     records, size = 1000, 1024
     results: dict[str, Any] = {}
     with C.targets(args.store) as tgs:

@@ -182,6 +182,44 @@ class Timer:
         self.elapsed = perf() - self.start
 
 
+# -- interleaved A/B measurement --------------------------------------------------------------
+
+
+def interleaved(sides: dict[str, Callable[[], Any]], *, rounds: int, per_round: int,
+                count_store: Any = None, count_side: str | None = None,
+                label: str = "") -> dict[str, Any]:
+    """Time two (or more) operations alternately, one call each in turn with the order
+    flipped every call, so that load from elsewhere on the machine hits every side alike.
+
+    A round is ``per_round`` calls of each side; a side's rate in a round is calls per
+    second of time spent in its own calls.  Requests to ``count_store`` are attributed to
+    ``count_side`` (counted around its calls only).
+    """
+    names = list(sides)
+    lat: dict[str, list[float]] = {n: [] for n in names}
+    rate: dict[str, list[float]] = {n: [] for n in names}
+    reqs: dict[str, int] = {}
+    for r in range(rounds):
+        spent = dict.fromkeys(names, 0.0)
+        for i in range(per_round):
+            order = names if (r * per_round + i) % 2 == 0 else names[::-1]
+            for n in order:
+                before = counts(count_store) if n == count_side else None
+                t0 = perf()
+                sides[n]()
+                dt = perf() - t0
+                lat[n].append(dt)
+                spent[n] += dt
+                if before is not None:
+                    for k, v in diff_counts(counts(count_store), before).items():
+                        reqs[k] = reqs.get(k, 0) + v
+        for n in names:
+            rate[n].append(per_round / spent[n] if spent[n] else float("nan"))
+        progress(f"{label}round {r + 1}/{rounds}: "
+                 + ", ".join(f"{n} {rate[n][-1]:.1f}/s" for n in names))
+    return {"lat": lat, "rate": rate, "reqs": reqs, "calls": rounds * per_round}
+
+
 # -- object-store request counts ------------------------------------------------------------
 
 

@@ -4,8 +4,8 @@ goal: at least 1.5x).
 One transaction = 1,000 records of 1 KB to one partition: ``begin_transaction()``,
 ``send_batch()`` of an Arrow table, ``commit_transaction()``.  One delta-rs commit =
 ``write_deltalake(dt, table, mode="append")`` of the same table (a Parquet file plus a
-commit).  Rounds alternate which side goes first; the ratio is the median of per-round
-ratios.
+commit).  The two sides alternate commit by commit (order flipped each time); the ratio
+is the median of per-round ratios of commits per second of each side's own time.
 
     .venv/bin/python scripts/bench/small_txn.py [--tiny|--small|--full] [--store ...]
 """
@@ -41,29 +41,10 @@ def run_target(tg: C.Target, *, txns: int, rounds: int, records: int, size: int,
     for fn in sides.values():
         for _ in range(2):
             fn()
-    lat: dict[str, list[float]] = {s: [] for s in sides}
-    rate: dict[str, list[float]] = {s: [] for s in sides}
-    ratios: list[float] = []
-    reqs: dict[str, int] = {}
-    for r in range(rounds):
-        order = list(sides) if r % 2 == 0 else list(reversed(sides))
-        got = {}
-        for side in order:
-            fn = sides[side]
-            before = C.counts(log.store)
-            t_round = C.perf()
-            for _ in range(txns):
-                t0 = C.perf()
-                fn()
-                lat[side].append(C.perf() - t0)
-            got[side] = txns / (C.perf() - t_round)
-            rate[side].append(got[side])
-            if side == "txlog":
-                for k, v in C.diff_counts(C.counts(log.store), before).items():
-                    reqs[k] = reqs.get(k, 0) + v
-        ratios.append(C.ratio(got["txlog"], got["delta"]))
-        C.progress(f"{tg.name}: round {r + 1}/{rounds}: txlog {got['txlog']:.1f} commits/s, "
-                   f"delta-rs {got['delta']:.1f} commits/s, ratio {ratios[-1]:.2f}")
+    m = C.interleaved(sides, rounds=rounds, per_round=txns, count_store=log.store,
+                      count_side="txlog", label=f"{tg.name}: ")
+    lat, rate, reqs = m["lat"], m["rate"], m["reqs"]
+    ratios = [C.ratio(a, b) for a, b in zip(rate["txlog"], rate["delta"], strict=True)]
     producer.close()
     out: dict[str, Any] = {
         side: {"commits_per_s": C.median(rate[side]),
@@ -78,8 +59,8 @@ def run_target(tg: C.Target, *, txns: int, rounds: int, records: int, size: int,
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = C.parse_args(__doc__.splitlines()[0], argv=argv)
-    txns = C.pick(args.mode, 3, 15, 60)
-    rounds = args.rounds or C.pick(args.mode, 1, 3, 5)
+    txns = C.pick(args.mode, 3, 10, 30)
+    rounds = args.rounds or C.pick(args.mode, 1, 5, 9)
     records, size = 1000, 1024
     results: dict[str, Any] = {}
     with C.targets(args.store) as tgs:

@@ -6,7 +6,7 @@ Both producers have the same configuration (``batch.size``, ``linger.ms``: the d
 unless ``--linger-ms``/``--batch-size`` are given) and send one
 record at a time with ``send()`` as fast as the caller can; the transactional one calls
 ``commit_transaction()`` once 100 ms have passed since ``begin_transaction()``.  Segments
-of equal duration (1 s in --small) alternate between the two (order flipped every round,
+of equal duration (0.5 s in --small) alternate between the two (order flipped every round,
 many rounds, because the machine is shared and noisy); throughput is
 records per second including the final flush, the ratio is the median of per-round ratios.
 Commit latency is ``commit_transaction()`` alone, after an explicit ``flush()`` of the
@@ -141,8 +141,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                        help="batch.size of both producers (default: the producer default)")
 
     args = C.parse_args(__doc__.splitlines()[0], argv=argv, extra=extra)
-    seconds = C.pick(args.mode, 0.3, 1.0, 2.0)
-    rounds = args.rounds or C.pick(args.mode, 1, 9, 15)
+    seconds = C.pick(args.mode, 0.3, 0.5, 1.0)
+    rounds = args.rounds or C.pick(args.mode, 1, 16, 30)
     producer_config: dict[str, Any] = {}
     if args.linger_ms is not None:
         producer_config["linger.ms"] = args.linger_ms
