@@ -33,7 +33,27 @@ Streaming (``writeStream.format("txlog")``): every micro-batch is one transactio
 batchId``.  Spark gives ``commit`` the batch id; the query id, which Spark keeps in the
 checkpoint so that it survives restarts, reaches the tasks as the local property
 ``sql.streaming.queryId`` and travels to ``commit`` inside the commit messages.  A batch
-replayed after a crash therefore commits nothing new.
+replayed after a crash therefore commits nothing new.  (With an explicit ``txnAppId`` on
+a stream, a new checkpoint restarts batch ids at 0: give it a new app id too, as Delta
+Lake asks of idempotent ``foreachBatch`` writes.)
+
+Options (case-insensitive):
+
+* ``path`` (required): the txlog root; ``storage_options``: JSON of fsspec options;
+* ``topic``: the target topic.  Without it, rows name their topic in a ``topic`` column
+  (Kafka-shaped topics; as with Spark's Kafka sink the option wins over the column);
+* ``partitioner``: ``default`` (Kafka's murmur2 of the key, sticky round robin per Arrow
+  batch for rows without a key), ``murmur2`` (same) or ``roundrobin``; a ``partition``
+  column picks partitions explicitly (nulls fall back to the partitioner);
+* ``transactional.id``: default ``spark-<staging id>``, unique per job;
+* ``txnAppId`` + ``txnVersion``: idempotent batch writes (above);
+* ``transaction.timeout.ms``, ``maxFileBytes`` (staged object size, default 128 MiB).
+
+Columns: Kafka-shaped topics take ``value`` (required; string or binary), ``key``,
+``headers`` (array<struct<key: string, value: binary>>), ``timestamp``, and the routing
+columns ``topic``/``partition``; ``offset`` and ``timestampType`` (what the reader adds) are
+accepted and dropped.  Typed topics take their own columns (nullable ones may be missing)
+plus ``topic``/``partition``; a ``timestamp`` or ``offset`` column is dropped.
 """
 
 from __future__ import annotations
