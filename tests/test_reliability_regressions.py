@@ -201,3 +201,32 @@ def test_failed_partition_load_leaves_no_partial_state() -> None:
     p.send("t", value=b"v3", partition=0)
     p.flush()
     assert plog.current().high_watermark == 4
+
+
+def test_commit_after_a_send_failed_reading_topic_metadata_fails() -> None:
+    """lost_write (torture seeds 20399 and 20403 of the long local run, commit-after-error
+    mode): send() failed reading the topic's metadata, before anything was queued, and
+    left the transaction untouched; a client that committed anyway got an acknowledged
+    commit without the record.  The transaction now fails (abortable), as Kafka's does
+    after a metadata timeout."""
+    url = f"memory://regressions/{uuid.uuid4().hex}"
+    txlog.connect(url).create_topic("t")
+    log = txlog.connect(url)  # no cached topic metadata
+    store = FaultyStore(log.store, seed=0)
+    log.store = store
+    p = log.producer(transactional_id="tx")
+    p.init_transactions()
+    p.begin_transaction()
+    store.script("get", "_meta/topics/t.json", "error_after")
+    with pytest.raises(txlog.errors.StorageError):
+        p.send("t", value=b"v", partition=0)
+    with pytest.raises(txlog.errors.InvalidTxnStateError, match="abort_transaction"):
+        p.commit_transaction()
+    p.abort_transaction()
+    p.begin_transaction()  # the producer carries on after the abort
+    p.send("t", value=b"w", partition=0)
+    p.commit_transaction()
+    c = log.consumer()
+    c.assign([TopicPartition("t", 0)])
+    c.seek_to_beginning()
+    assert [r.value for r in c.poll(max_records=10)] == [b"w"]

@@ -251,7 +251,7 @@ class Producer:
              timestamp_ms: int | None = None) -> SendFuture:
         """Queue one record; returns a future whose offset is known after flush()."""
         self._check_can_send()
-        info = self.log.topic(topic)
+        info = self._topic_info(topic)
         if not info.kafka_shaped:
             if not isinstance(value, Mapping):
                 raise TypeError(
@@ -278,7 +278,7 @@ class Producer:
         """Queue an Arrow table of records (columns of the topic, or key/value/headers/
         timestamp for Kafka-shaped topics) for one partition."""
         self._check_can_send()
-        info = self.log.topic(topic)
+        info = self._topic_info(topic)
         if not isinstance(table, pa.Table):
             raise TypeError("send_batch() takes a pyarrow.Table")
         conform(table, info.schema, topic, kafka_shaped=info.kafka_shaped)  # fail early
@@ -438,6 +438,18 @@ class Producer:
             # be committed without it.
             if self.transactional_id is not None and self.state == State.IN_TRANSACTION:
                 self._fatal(exc)
+            raise
+
+    def _topic_info(self, topic: str) -> Any:
+        """The topic's metadata.  Failing to get it fails the open transaction, as a
+        metadata timeout does in Kafka: the record was not queued, and a commit must not
+        succeed without it."""
+        try:
+            return self.log.topic(topic)
+        except Exception as exc:
+            if self.transactional_id is not None and self.state == State.IN_TRANSACTION:
+                self.state = State.ABORTABLE_ERROR
+                self._error = exc
             raise
 
     def _fatal(self, exc: BaseException) -> None:

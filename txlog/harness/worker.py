@@ -509,7 +509,12 @@ def main(argv: list[str] | None = None) -> int:
                   f"{traceback.format_exc()}", unexpected=True)
         rec.close()
         raise
-    return 0
+    # Skip interpreter teardown: pyarrow's thread pools sometimes abort a process at exit
+    # ("terminate called without an active exception", apache/arrow#34314), which would
+    # read as a crash.  The history and stats are already written and closed.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
