@@ -243,6 +243,33 @@ def test_vectorised_partitioner_matches_kafka() -> None:
         assert got == want
 
 
+def test_write_options_are_checked() -> None:
+    from spark_ext.writer import parse_write_options
+    from txlog.errors import ConfigError
+
+    ok = parse_write_options({"PATH": "/x", "Topic": "t", "TXNAPPID": "a", "txnversion": "3",
+                              "partitioner": "round_robin"}, streaming=False)
+    assert (ok.url, ok.topic, ok.app_id, ok.app_version, ok.partitioner) == \
+        ("/x", "t", "a", 3, "roundrobin")
+    bad = [
+        ({"topic": "t"}, "'path' is required"),
+        ({"path": "/x", "kafka.bootstrap.servers": "h:9092"}, "not to Kafka brokers"),
+        ({"path": "/x", "txnAppId": "a"}, "go together"),
+        ({"path": "/x", "txnAppId": "a", "txnVersion": "-1"}, "at least 0"),
+        ({"path": "/x", "txnAppId": "a", "txnVersion": "1", "transactional.id": "x"},
+         "cannot be combined"),
+        ({"path": "/x", "partitioner": "hash"}, "unknown partitioner"),
+        ({"path": "/x", "storage_options": "{nope"}, "not valid JSON"),
+    ]
+    for opts, needle in bad:
+        with pytest.raises(ConfigError, match=needle):
+            parse_write_options(opts, streaming=False)
+    with pytest.raises(ConfigError, match="micro-batch id"):
+        parse_write_options({"path": "/x", "txnVersion": "1"}, streaming=True)
+    s = parse_write_options({"path": "/x", "checkpointLocation": "/c"}, streaming=True)
+    assert s.app_id is None
+
+
 def _staged(root: str, topic: str, txn: str, rows: int, attempt: int = 0) -> list[Any]:
     import pyarrow as pa
 
