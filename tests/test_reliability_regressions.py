@@ -230,3 +230,29 @@ def test_commit_after_a_send_failed_reading_topic_metadata_fails() -> None:
     c.assign([TopicPartition("t", 0)])
     c.seek_to_beginning()
     assert [r.value for r in c.poll(max_records=10)] == [b"w"]
+
+
+def test_commit_after_offsets_failed_reading_their_topic_metadata_fails() -> None:
+    """lost_write, torn_txn (torture seeds 20420 and 20448 of the long local run): the
+    same as above for send_offsets_to_transaction(), which read the offsets topic's
+    metadata before its guard: the data committed, the offsets were silently left out."""
+    url = f"memory://regressions/{uuid.uuid4().hex}"
+    log0 = txlog.connect(url)
+    log0.create_topic("t")
+    log0.consumer(group_id="g").committed([TopicPartition("t", 0)])  # offsets topic exists
+    log = txlog.connect(url)
+    store = FaultyStore(log.store, seed=0)
+    log.store = store
+    p = log.producer(transactional_id="tx")
+    p.init_transactions()
+    p.begin_transaction()
+    p.send("t", value=b"v", partition=0)
+    p.flush()
+    store.script("get", "_meta/topics/__consumer_offsets.json", "error_before")
+    with pytest.raises(txlog.errors.StorageError):
+        p.send_offsets_to_transaction({TopicPartition("t", 0): 1}, "g")
+    with pytest.raises(txlog.errors.InvalidTxnStateError, match="abort_transaction"):
+        p.commit_transaction()
+    p.abort_transaction()
+    assert log.consumer(group_id="g").committed([TopicPartition("t", 0)]) == \
+        {TopicPartition("t", 0): None}

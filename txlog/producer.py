@@ -32,7 +32,7 @@ from txlog.errors import (
 )
 from txlog.metrics import record_end_txn
 from txlog.model import DATA
-from txlog.names import validate_id
+from txlog.names import CONSUMER_OFFSETS_TOPIC, validate_id
 from txlog.offsets import encode_offset_commits, offsets_partition
 from txlog.partition_log import AppendResult, AppendSpec, PartitionLog
 from txlog.partitioner import RoundRobin, partition_for_key
@@ -163,6 +163,7 @@ class Producer:
         self._require_txn()
         self._check_state(State.IN_TRANSACTION, "send_offsets_to_transaction()")
         validate_id("group.id", group_id)
+        self._topic_info(CONSUMER_OFFSETS_TOPIC)  # a failure here fails the transaction
         tp = offsets_partition(self.log, group_id)
         table = encode_offset_commits(group_id, offsets)
         with self._lock:
@@ -176,6 +177,7 @@ class Producer:
         if self.transactional_id is not None:
             self._check_state(State.IN_TRANSACTION, "send_staged()")
         tp = TopicPartition(*tp)
+        self._topic_info(tp.topic)  # a failure here fails the transaction
         self.log.partition_log(tp)  # validates topic and partition
         with self._lock:
             return int(self._guard(lambda: self._append_object(
