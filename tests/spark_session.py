@@ -26,7 +26,9 @@ def start_spark(app: str = "txlog-tests", **conf: str) -> Any:
          .config("spark.ui.showConsoleProgress", "false")
          .config("spark.sql.session.timeZone", "UTC")
          .config("spark.driver.memory", "1g")
-         .config("spark.sql.streaming.stopTimeout", "30s"))
+         .config("spark.sql.streaming.stopTimeout", "30s")
+         # Python workers start slowly on a loaded 2-core machine.
+         .config("spark.python.authenticate.socketTimeout", "120s"))
     for k, v in conf.items():
         b = b.config(k, v)
     spark = b.getOrCreate()
