@@ -18,14 +18,15 @@ credentials configured in Spark; ``storage_options`` only configures txlog's own
 
 from __future__ import annotations
 
+import re
 import string
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from spark_ext.options import options_from_kwargs, parse_read_options
-from spark_ext.read_plan import BatchPlan, OutputShape, plan_batch
+from spark_ext.options import PLAN_LOCK, options_from_kwargs, parse_read_options
+from spark_ext.read_plan import BatchPlan, OutputShape, cached_log, plan_batch
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -36,10 +37,13 @@ if TYPE_CHECKING:
 # Characters java.net.URI leaves unquoted in a path (RFC 2396 unreserved + path punctuation);
 # Spark reports _metadata.file_name / file_path URI-encoded this way.
 _URI_SAFE = set(string.ascii_letters + string.digits + "-_.!~*'()" + ";:@&=+$,/")
+_URI_PLAIN = re.compile("[" + re.escape("".join(sorted(_URI_SAFE))) + "]*")
 
 
 def uri_quote(s: str) -> str:
     """Quote ``s`` as java.net.URI quotes a path (non-ASCII characters are left as they are)."""
+    if _URI_PLAIN.fullmatch(s):
+        return s
     out = []
     for ch in s:
         if ch in _URI_SAFE or (ord(ch) > 127 and not ch.isspace()):
@@ -69,37 +73,60 @@ def read(spark: SparkSession, path: str | None = None, options: dict[str, Any] |
     if path is not None:
         opts["path"] = path
     ro = parse_read_options(opts, streaming=False)
-    log = ro.connect()
-    return plan_to_dataframe(spark, log.store, plan_batch(ro, log))
+    log = cached_log(ro)
+    with PLAN_LOCK:
+        plan = plan_batch(ro, log)
+    return plan_to_dataframe(spark, log.store, plan)
 
 
-#: Up to this many files are given to Spark one by one (Spark lists up to 32 paths on the
-#: driver, more with a distributed job); above it, their directories are listed instead
-#: and the files picked with a ``_metadata.file_name`` filter, which Spark applies as a
-#: file-pruning filter before any file is opened.
+#: Up to this many files are given to Spark one by one; above it, their directories are
+#: listed instead and the files picked with a ``_metadata.file_name`` filter, which Spark
+#: applies as a file-pruning filter before any file is opened.
 MAX_EXPLICIT_FILES = 32
+_LISTING_THRESHOLD = "spark.sql.sources.parallelPartitionDiscovery.threshold"
 
 
 def _scan(spark: SparkSession, store: ObjectStore, shape: OutputShape, keys: list[str],
           names: dict[str, str]) -> DataFrame:
     from pyspark.sql import functions as F
 
-    reader = spark.read.schema(stored_spark_schema(shape))
-    if len(keys) <= MAX_EXPLICIT_FILES:
-        return reader.parquet(*[store.full_path(k) for k in keys])
-    dirs = sorted({k.rsplit("/", 1)[0] for k in keys})
-    df = reader.parquet(*[store.full_path(d) for d in dirs])
-    # Spark skips files whose names start with '_' or '.': make sure none was planned.
-    listed = {f.rsplit("/", 1)[-1] for f in df.inputFiles()}  # URI-encoded, like names
-    missing = sorted(k for k in keys if names[k] not in listed)
-    if missing:
+    hidden = [k for k in keys if names[k].startswith(("_", "."))]
+    if hidden:
         from txlog.errors import StorageError
 
         raise StorageError(
-            f"Spark's Parquet reader does not see {len(missing)} planned batch objects, e.g. "
-            f"{missing[0]!r} (it ignores files starting with '_' or '.', and needs the "
-            "store's Hadoop filesystem configured); read with format('txlog') instead")
-    return df.where(F.col("_metadata.file_name").isin(sorted(set(names.values()))))
+            f"batch object {hidden[0]!r} has a name Spark's file reader ignores (it starts "
+            "with '_' or '.'); read with format('txlog') instead of spark_ext.read")
+    reader = spark.read.schema(stored_spark_schema(shape))
+    explicit = len(keys) <= MAX_EXPLICIT_FILES
+    paths = [store.full_path(k) for k in keys] if explicit else \
+        [store.full_path(d) for d in sorted({k.rsplit("/", 1)[0] for k in keys})]
+    df = _parquet(spark, reader, paths)
+    if explicit:
+        return df
+    # One SQL string, not one py4j call per literal (isin() costs ~5 ms per file).
+    listed_sql = ", ".join(_sql_string(n) for n in sorted(set(names.values())))
+    return df.where(F.expr(f"_metadata.file_name IN ({listed_sql})"))
+
+
+def _parquet(spark: SparkSession, reader: Any, paths: list[str]) -> DataFrame:
+    """``reader.parquet(*paths)``, listed on the driver: above Spark's threshold (32 paths)
+    it would start a listing job with one tiny task per path."""
+    if len(paths) <= 32:
+        return reader.parquet(*paths)  # type: ignore[no-any-return]
+    old = spark.conf.get(_LISTING_THRESHOLD, None)
+    spark.conf.set(_LISTING_THRESHOLD, str(len(paths) + 1))
+    try:
+        return reader.parquet(*paths)  # type: ignore[no-any-return]
+    finally:
+        if old is None:
+            spark.conf.unset(_LISTING_THRESHOLD)
+        else:
+            spark.conf.set(_LISTING_THRESHOLD, old)
+
+
+def _sql_string(s: str) -> str:
+    return "'" + s.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def plan_to_dataframe(spark: SparkSession, store: ObjectStore, plan: BatchPlan) -> DataFrame:
@@ -113,11 +140,12 @@ def plan_to_dataframe(spark: SparkSession, store: ObjectStore, plan: BatchPlan) 
     keys = sorted({s.key for s in plan.slices})
     names = {k: uri_quote(k.rsplit("/", 1)[-1]) for k in keys}
     ambiguous = any(n > 1 for n in Counter(names.values()).values())
+    quoted_keys = {k: "/" + uri_quote(k) for k in keys} if ambiguous else dict.fromkeys(keys, "")
     # The slice table goes to the JVM as Arrow (a local relation: no Python tasks).
     sl = plan.slices
     spans = spark.createDataFrame(pa.table({
         "_t_name": pa.array([names[s.key] for s in sl], pa.string()),
-        "_t_key": pa.array(["/" + uri_quote(s.key) for s in sl], pa.string()),
+        "_t_key": pa.array([quoted_keys[s.key] for s in sl], pa.string()),
         "topic": pa.array([s.topic for s in sl], pa.string()),
         "partition": pa.array([s.partition for s in sl], pa.int32()),
         "_t_base": pa.array([s.base_offset for s in sl], pa.int64()),

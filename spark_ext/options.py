@@ -15,6 +15,7 @@ are for the writer as well.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -172,11 +173,42 @@ def parse_json_object(value: str, option: str, example: str) -> dict[str, Any]:
     return d
 
 
-def connect_from_options(url: str, storage_options: Mapping[str, Any]) -> Log:
-    """Open the txlog root (in whichever process calls it: driver, planner or executor)."""
+_LOGS: dict[tuple[str, str], Log] = {}
+_LOGS_LOCK = threading.Lock()
+_MAX_CACHED_LOGS = 16
+
+
+def connect_from_options(url: str, storage_options: Mapping[str, Any], *,
+                         cached: bool = False) -> Log:
+    """Open the txlog root (in whichever process calls it: driver, planner or executor).
+
+    ``cached=True`` reuses one Log per (url, storage_options) in this process, so planning
+    again only reads each partition's new tail; callers that refresh partition states
+    through it must hold :data:`PLAN_LOCK`.
+    """
     import txlog
 
-    return txlog.connect(url, dict(storage_options))
+    if not cached:
+        return txlog.connect(url, dict(storage_options))
+    key = (url, json.dumps(storage_options, sort_keys=True, default=str))
+    with _LOGS_LOCK:
+        log = _LOGS.get(key)
+        if log is None:
+            if len(_LOGS) >= _MAX_CACHED_LOGS:
+                _LOGS.pop(next(iter(_LOGS)))
+            log = _LOGS[key] = txlog.connect(url, dict(storage_options))
+        return log
+
+
+def forget_cached_log(log: Log) -> None:
+    with _LOGS_LOCK:
+        for k, v in list(_LOGS.items()):
+            if v is log:
+                del _LOGS[k]
+
+
+#: Serialises planning through cached Logs (partition states are not thread-safe).
+PLAN_LOCK = threading.RLock()
 
 
 # --- offsets specs -------------------------------------------------------------------------
@@ -269,8 +301,8 @@ class ReadOptions:
     max_partition_bytes: int = DEFAULT_MAX_PARTITION_BYTES
     given: tuple[str, ...] = ()  # canonical names of the options the user set
 
-    def connect(self) -> Log:
-        return connect_from_options(self.url, self.storage_options)
+    def connect(self, *, cached: bool = False) -> Log:
+        return connect_from_options(self.url, self.storage_options, cached=cached)
 
     def subscription(self) -> str:
         if self.assign is not None:

@@ -19,7 +19,15 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pyarrow as pa
 
-from spark_ext.options import EARLIEST, LATEST, ConfigError, OffsetSpec, ReadOptions
+from spark_ext.options import (
+    EARLIEST,
+    LATEST,
+    PLAN_LOCK,
+    ConfigError,
+    OffsetSpec,
+    ReadOptions,
+    forget_cached_log,
+)
 from txlog.errors import OffsetOutOfRangeError, UnknownTopicError
 from txlog.partition_state import READ_COMMITTED, PartitionState
 from txlog.records import TopicPartition
@@ -411,7 +419,34 @@ def plan_shape(log: Log, ro: ReadOptions) -> OutputShape:
 
 def plan_batch(ro: ReadOptions, log: Log | None = None) -> BatchPlan:
     """Everything a batch read returns, decided now (on the driver)."""
-    log = log if log is not None else ro.connect()
+    if log is None:
+        log = cached_log(ro)
+    with PLAN_LOCK:
+        return _plan_batch(ro, log)
+
+
+def cached_log(ro: ReadOptions) -> Log:
+    """This process's Log for the root (planning again reads only new log tails), replaced
+    when a subscribed topic was deleted and recreated since it was cached."""
+    import json
+
+    from txlog import layout
+
+    log = ro.connect(cached=True)
+    names = list(ro.assign) if ro.assign is not None else list(ro.topics)
+    with PLAN_LOCK:
+        for name in names:
+            try:
+                current = json.loads(log.store.get(layout.topic_meta(name))).get("id")
+            except (KeyError, ValueError):
+                continue  # unknown or unreadable: log.topic() reports it
+            if current != log.topic(name).topic_id:
+                forget_cached_log(log)
+                return ro.connect(cached=True)
+    return log
+
+
+def _plan_batch(ro: ReadOptions, log: Log) -> BatchPlan:
     infos = subscribed_topics(log, ro)
     shape = output_shape(infos, ro.include_headers)
     tps = subscribed_partitions(log, ro, infos)

@@ -208,7 +208,7 @@ class _ReaderBase:
     def _read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, TxlogInputPartition) or not partition.slices:
             return
-        store = self.ro.connect().store
+        store = self.ro.connect(cached=True).store
         yield from read_slices(store, partition.slices, self.shape,
                                arrow_target(self.declared_json), self.ro.fail_on_data_loss)
 

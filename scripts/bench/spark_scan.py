@@ -190,9 +190,9 @@ def run(mode: str, records: int, rounds: int, work: Path) -> None:
     C.print_table(f"Spark scan, {records:,} records x 2 topics, {PARTITIONS} partitions, "
                   f"{VALUE_SIZE}-byte values, local[2], median of {rounds}",
                   ["aborted", "reader", "seconds", "rows/s", "vs parquet"], rows)
+    rc_ru = [f"{p}%: {C.fmt(ratios[f'rc_vs_ru_speed_{p}pct'])}" for p in topics]
     print("\nread_committed vs read_uncommitted (time ratio RU/RC, >1 = RC faster): "
-          + ", ".join(f"{p}%: {C.fmt(results[f'{p}pct']['read_committed_vs_read_uncommitted_time'])}"
-                      for p in topics))
+          + ", ".join(rc_ru))
     C.emit_json("spark_scan", mode, records=records, rounds=rounds,
                 ratio=min(ratios["native_vs_parquet_1pct"], ratios["native_vs_parquet_30pct"]),
                 ratios=C.clean(ratios), goals=C.clean(goals), results=C.clean(results))
