@@ -2,10 +2,13 @@
 everything, check.
 
 1. Topics are created on a clean store.
-2. Client processes (:mod:`txlog.harness.worker`) start: producers (one transactional.id
-   each), consumers (read_committed and read_uncommitted), consume-transform-produce
-   clients and a sweeper; each talks to the store through a seeded
-   :class:`~txlog.storage.faults.FaultyStore` and records its history.
+2. Client processes (:mod:`txlog.harness.worker`) start: transactional producers (one
+   transactional.id each), an idempotent producer, consumers (read_committed and
+   read_uncommitted), consume-transform-produce clients and a sweeper that also compacts;
+   each talks to the store through a seeded :class:`~txlog.storage.faults.FaultyStore`
+   and records its history.  Few offsets and state-log partitions (clients share them),
+   frequent checkpoints, a short transaction timeout and a short file-delete delay make
+   the interesting interleavings common.
 3. The nemesis, driven by the history's seed, SIGKILLs random clients (they are restarted
    at once as a new incarnation) and starts zombies: extra processes with the
    transactional.id of a live producer.

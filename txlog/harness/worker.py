@@ -5,12 +5,18 @@ Roles:
 * ``producer``: transactions of sends to several topics and partitions, sometimes with an
   offset commit (``send_offsets_to_transaction``), ending in commit, client abort, a
   commit after the transaction timeout, or a takeover by a newer instance of the same
-  transactional.id while the old one keeps writing (an in-process zombie);
+  transactional.id while the old one keeps writing (an in-process zombie); sometimes a
+  *race*: a new instance initialises while the old one commits, then both run a
+  transaction at once; after an error the client usually aborts, sometimes carelessly
+  commits anyway (Kafka's contract: that commit fails);
+* ``idempotent``: a non-transactional idempotent producer sending one batch per
+  operation, carrying on with the same producer after failures;
 * ``consumer``: forward reads of every data partition, read_committed or
   read_uncommitted, recording positions before and after each poll and the LSO after it;
 * ``ctp``: consume-transform-produce: reads the input topic from the group's committed
   offset and, per poll, one transaction of outputs plus the new offset;
-* ``sweeper``: ``log.coordinator.sweep()`` in a loop.
+* ``sweeper``: ``log.coordinator.sweep()`` in a loop and, with ``compact``, the whole
+  maintenance pass on one topic at a time (compaction and purges while others read).
 
 Every operation is recorded (:class:`~txlog.harness.history.Recorder`) as an invocation
 and a completion (ok, fail or info).  The store is a seeded
