@@ -25,7 +25,6 @@ import pyarrow.compute as pc
 
 from txlog import layout
 from txlog.errors import ConfigError, SchemaMismatchError, UnknownTopicError
-from txlog.partition_log import encode_parquet
 from txlog.records import HEADER_TYPE, KAFKA_SCHEMA, conform, now_ms
 
 #: Columns a Kafka-shaped write takes (besides routing columns ``topic``/``partition``).
@@ -407,7 +406,7 @@ class Stager:
         # Unique across jobs too (readers may match files by name): the staging id's uuid.
         name = f"p{partition:05d}-t{self.tag}-{seq:04d}-{self.spec.txn[-12:]}.parquet"
         obj = layout.staging_prefix(topic, self.spec.txn) + name
-        data = encode_parquet(table)
+        data = encode_staged(table)
         self.store.put(obj, data)
         ts_min, ts_max = _ts_range(table)
         self.files.append(StagedFile(topic, partition, obj, table.num_rows, len(data),
@@ -418,6 +417,21 @@ class Stager:
         for key in sorted(self._buffers):
             self._write(key)
         return self.files
+
+
+def encode_staged(table: pa.Table) -> bytes:
+    """Parquet as ``txlog.partition_log.encode_parquet`` writes it (snappy, no statistics),
+    except that Kafka record values are not dictionary-encoded: they are rarely repeated,
+    and trying costs as much CPU as the rest of the encoding."""
+    import pyarrow.parquet as pq
+
+    buf = pa.BufferOutputStream()
+    dictionary: bool | list[str] = True
+    if table.schema.equals(KAFKA_SCHEMA):
+        dictionary = [c for c in table.column_names if c != "value"]
+    pq.write_table(table, buf, compression="snappy", write_statistics=False,
+                   use_dictionary=dictionary)
+    return buf.getvalue().to_pybytes()
 
 
 def stage(spec: StageSpec, batches: Iterable[pa.RecordBatch], *, task: int, attempt_id: int,
