@@ -474,10 +474,17 @@ def offsets_to_json(offsets: Mapping[TopicPartition, int]) -> dict[str, dict[str
     return out
 
 
+#: Key of the streaming start offsets that marks them as not yet checkpointed ('$' is not
+#: allowed in topic names).
+INITIAL_MARK = "$initial"
+
+
 def offsets_from_json(d: Mapping[str, Any]) -> dict[TopicPartition, int]:
     """Accepts {"topic": {"0": 42}} and the flat {"topic/0": 42}."""
     out: dict[TopicPartition, int] = {}
     for k, v in d.items():
+        if k.startswith("$"):
+            continue
         if isinstance(v, Mapping):
             for p, off in v.items():
                 out[TopicPartition(k, int(p))] = int(off)

@@ -27,6 +27,7 @@ from pyspark.sql.streaming.datasource import (
 
 from spark_ext.options import ReadOptions, check_query_kind
 from spark_ext.read_plan import (
+    INITIAL_MARK,
     FileSlice,
     OutputShape,
     check_range,
@@ -285,7 +286,11 @@ class TxlogStreamReader(_ReaderBase, DataSourceStreamReader, SupportsTriggerAvai
         for tp in tps:
             out[tp], _ = check_range(tp, states[tp], starts[tp], starts[tp],
                                      self.ro.fail_on_data_loss, streaming=True)
-        return offsets_to_json(out)
+        # Marked as initial, the first latestOffset() always differs from it, so Spark runs
+        # a (possibly empty) first micro-batch and checkpoints the resolved positions: a
+        # query stopped before any data arrived restarts where it started, not at the
+        # then-latest offsets (Spark's Kafka source keeps them in its own metadata log).
+        return {**offsets_to_json(out), INITIAL_MARK: True}
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.ro.max_offsets_per_trigger is not None:
