@@ -110,8 +110,9 @@ def test_instance_that_loses_the_completion_race_is_fenced() -> None:
 
     coord.write_marker = write_marker_then_new_instance  # type: ignore[method-assign]
     a.commit_transaction()  # committed (by B's roll-forward): a success for A
+    a_ids = (a.producer_id, a.epoch)  # waits for A's markers and Complete* (background)
     b = started[0]
-    assert (a.producer_id, a.epoch) != (b.producer_id, b.epoch)
+    assert a_ids != (b.producer_id, b.epoch)
     b.begin_transaction()
     b.send("t", value=b"b1", partition=0)
     a.begin_transaction()

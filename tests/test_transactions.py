@@ -225,3 +225,64 @@ def test_state_machine_matches_kafka() -> None:
     assert prep.transition("CompleteCommit").state == "CompleteCommit"
     assert VALID_PREVIOUS["PrepareAbort"] == {"Ongoing", "PrepareEpochFence"}
     assert TxnRecord.from_json(prep.to_json(), "t") == prep
+
+
+def test_commit_returns_when_decided_and_markers_follow(log: txlog.Log, tmp_path: object,
+                                                        ) -> None:
+    """commit_transaction() returns once PrepareCommit is durable (markers and
+    CompleteCommit follow in the background, as Kafka's EndTxn answers before its
+    markers); a read in the committing process still sees the commit, and the next
+    transaction and close() wait for the background work."""
+    import threading
+
+    p = log.producer(transactional_id="bg")
+    p.init_transactions()
+    gate = threading.Event()
+    coord = log.coordinator
+    real_marker = coord.write_marker
+
+    def gated_marker(*args: object, **kw: object) -> None:
+        assert gate.wait(60), "test gate never opened"
+        real_marker(*args, **kw)  # type: ignore[arg-type]
+
+    coord.write_marker = gated_marker  # type: ignore[method-assign]
+    p.begin_transaction()
+    p.send("a", b"v1", partition=0)
+    p.send("b", b"v2", partition=1)
+    p.commit_transaction()  # returns although no marker can be written yet
+    other = txlog.connect(str(tmp_path))  # another process's view: decided, not complete
+    rec = other.coordinator.record("bg")
+    assert rec is not None and rec.state == "PrepareCommit"
+    seen: list[bytes] = []
+    reader = threading.Thread(target=lambda: seen.extend(read_all(log, "a") + read_all(log, "b")))
+    reader.start()  # waits for this process's markers instead of missing the commit
+    gate.set()
+    reader.join(60)
+    assert sorted(seen) == [b"v1", b"v2"]
+    coord.write_marker = real_marker  # type: ignore[method-assign]
+    p.begin_transaction()
+    p.send("a", b"v3", partition=0)
+    p.commit_transaction()
+    p.close()  # leaves nothing in Prepare*
+    rec = other.coordinator.record("bg")
+    assert rec is not None and rec.state == "CompleteCommit"
+    assert sorted(read_all(other, "a")) == [b"v1", b"v3"]
+
+
+def test_exit_without_close_completes_the_commit(tmp_path: object) -> None:
+    """A script that commits and ends without close() still writes its markers."""
+    import subprocess
+    import sys
+
+    root = str(tmp_path)
+    log = txlog.connect(root)
+    log.create_topic("a", partitions=1)
+    code = ("import txlog\n"
+            f"p = txlog.connect({root!r}).producer(transactional_id='x')\n"
+            "p.init_transactions(); p.begin_transaction()\n"
+            "p.send('a', b'v', partition=0); p.commit_transaction()\n")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+    rec = log.coordinator.record("x")
+    assert rec is not None and rec.state == "CompleteCommit"
+    st = log.partition_log(TopicPartition("a", 0)).refresh()
+    assert not st.open_txns and st.last_stable_offset == st.high_watermark

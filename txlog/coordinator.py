@@ -23,7 +23,7 @@ from txlog.model import ABORT, COMMIT
 from txlog.partition_log import AppendSpec
 from txlog.producer_ids import ProducerIdAllocator
 from txlog.records import TopicPartition, now_ms
-from txlog.state_log import StateLog
+from txlog.state_log import StateLog, StateLogPartition
 from txlog.txn_state import (
     COMPLETE,
     COMPLETE_ABORT,
@@ -94,9 +94,9 @@ class Coordinator:
         """Register partitions with the transaction before the first write to them."""
         wanted = tuple(sorted({(tp.topic, tp.partition) for tp in tps}))
         part = self.state_log.partition_for(txn_id)
+        fresh = False
         while True:
-            part.refresh()
-            cur = part.get(txn_id)
+            cur, fresh = self._current(part, txn_id, producer_id, epoch, fresh)
             self._check_owner(txn_id, cur, producer_id, epoch)
             assert cur is not None
             now = now_ms()
@@ -112,6 +112,9 @@ class Coordinator:
                     raise self._timeout_error(txn_id)
                 merged = tuple(sorted(set(cur.partitions) | set(wanted)))
                 if merged == cur.partitions:
+                    if not fresh:  # decide "nothing to write" on a fresh read only
+                        fresh = True
+                        continue
                     return
                 new = cur.transition(ONGOING, partitions=merged, last_update_ms=now)
             elif cur.state in COMPLETE:
@@ -123,16 +126,44 @@ class Coordinator:
             if part.compare_and_set(txn_id, cur, new):
                 crashpoint("after_add_partitions")
                 return
+            fresh = True
+
+    @staticmethod
+    def _current(part: StateLogPartition, txn_id: str, producer_id: int, epoch: int,
+                 fresh: bool) -> tuple[TxnRecord | None, bool]:
+        """The transaction's record, and whether it was just read from the store.
+
+        The owner's own cached record is trusted for a decision that ends in a
+        compare-and-set: the put-if-absent of the next slot fails if anyone wrote since,
+        and then the loop re-reads.  That saves a list per AddPartitions and EndTxn.
+        Anything else (another owner, a state the owner did not leave it in) is re-read.
+        """
+        if not fresh and part.loaded:
+            cur = part.get(txn_id)
+            if cur is not None and (cur.producer_id, cur.epoch) == (producer_id, epoch) \
+                    and (cur.state == ONGOING or cur.state in COMPLETE):
+                return cur, False
+        part.refresh()
+        return part.get(txn_id), True
 
     # -- EndTxn ------------------------------------------------------------------------
 
     def end_txn(self, txn_id: str, producer_id: int, epoch: int, commit: bool,
                 ) -> tuple[int, int]:
         """Commit or abort; returns the producer's (id, epoch) for its next transaction."""
+        step = self.prepare_end(txn_id, producer_id, epoch, commit)
+        return step if isinstance(step, tuple) else self.complete(step)
+
+    def prepare_end(self, txn_id: str, producer_id: int, epoch: int, commit: bool,
+                    ) -> tuple[int, int] | TxnRecord:
+        """EndTxn up to its decision.  Returns the persisted Prepare* record, which
+        :meth:`complete` then rolls forward (the outcome is decided once it is durable,
+        as Kafka answers EndTxn before its markers are written), or the producer's next
+        (id, epoch) when there is nothing left to complete."""
         part = self.state_log.partition_for(txn_id)
+        fresh = False
         while True:
-            part.refresh()
-            cur = part.get(txn_id)
+            cur, fresh = self._current(part, txn_id, producer_id, epoch, fresh)
             now = now_ms()
             if cur is not None and (cur.prev_producer_id, cur.prev_epoch) == (producer_id, epoch) \
                     and cur.state in (COMPLETE_COMMIT, COMPLETE_ABORT):
@@ -146,6 +177,9 @@ class Coordinator:
             self._check_owner(txn_id, cur, producer_id, epoch)
             assert cur is not None
             if cur.state == EMPTY or (cur.state in COMPLETE and not cur.partitions):
+                if not fresh:
+                    fresh = True
+                    continue
                 return producer_id, epoch  # nothing was written: nothing to end
             if cur.state in PREPARING:
                 if (cur.state == PREPARE_COMMIT) != commit:
@@ -154,7 +188,7 @@ class Coordinator:
                         raise self._timeout_error(txn_id)
                     raise InvalidTxnStateError(
                         f"transaction of {txn_id!r} is already {cur.state}")
-                return self._complete(cur)
+                return cur
             if cur.state != ONGOING:
                 raise InvalidTxnStateError(f"transaction of {txn_id!r} is {cur.state}")
             if commit and cur.expired(now):
@@ -164,7 +198,13 @@ class Coordinator:
                                   last_update_ms=now,
                                   abort_reason="" if commit else "client")
             if part.compare_and_set(txn_id, cur, prep):
-                return self._complete(prep)
+                return prep
+            fresh = True
+
+    def complete(self, prep: TxnRecord) -> tuple[int, int]:
+        """Roll a persisted Prepare* forward; returns the (id, epoch) for the next
+        transaction of its transactional.id."""
+        return self._complete(prep)
 
     def _complete(self, prep: TxnRecord) -> tuple[int, int]:
         """Write markers to every registered partition, then persist Complete*."""

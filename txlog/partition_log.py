@@ -19,7 +19,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from txlog import layout
+from txlog import completions, layout
 from txlog.checkpoint import decode_checkpoint, encode_checkpoint
 from txlog.errors import CorruptObjectError, ObjectNotFoundError
 from txlog.model import CONTROL_KINDS, DATA, Entry, decode_entry
@@ -96,6 +96,16 @@ class PartitionLog:
             return st
 
     def refresh(self) -> PartitionState:
+        st = self._refresh()
+        # A commit of this process whose markers are still being written (in the
+        # background) would hold the LSO for a moment: wait for it, so the next read in
+        # the process that committed sees the commit.  Outside the lock: the marker
+        # writer needs it.
+        if st.open_txns and completions.wait_for(self.store.url, list(st.open_txns)):
+            st = self._refresh()
+        return st
+
+    def _refresh(self) -> PartitionState:
         with self._lock:
             if self.state is None:
                 return self.load()

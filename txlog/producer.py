@@ -8,6 +8,13 @@ bumps the epoch.
 
 Records are batched per partition (``batch.size`` bytes or ``linger.ms`` since the first
 record, checked on each send) and every batch is written on flush, commit or close.
+
+``commit_transaction()`` returns once PrepareCommit is durable (the outcome is decided
+then: anyone who meets it rolls it forward), as Kafka answers EndTxn before its markers
+are written.  Markers and CompleteCommit are written by a background thread while the
+caller goes on; the next write of a transaction, the next end and ``close()`` wait for
+them, because the next transaction needs the epoch that CompleteCommit hands out.
+``abort_transaction()`` finishes its markers before it returns.
 """
 
 from __future__ import annotations
@@ -16,11 +23,13 @@ import enum
 import threading
 import time
 from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from txlog import completions
 from txlog.config import normalize_key
 from txlog.crashpoints import crashpoint
 from txlog.errors import (
@@ -125,8 +134,12 @@ class Producer:
         self._seq: dict[TopicPartition, int] = {}
         self._reset_pid = False  # set after an append of unknown outcome (non-transactional)
         self._rr = RoundRobin()
-        self.producer_id = -1
-        self.epoch = 0
+        # The last transaction end whose markers and Complete* are still being written:
+        # (its producer id, epoch, commit?, the future of the next (id, epoch)).
+        self._completing: tuple[int, int, bool, Future[tuple[int, int]]] | None = None
+        self._completer: ThreadPoolExecutor | None = None
+        self._producer_id = -1
+        self._epoch = 0
         self._registered: set[TopicPartition] = set()
         self._error: BaseException | None = None
         if transactional_id is None:
@@ -135,6 +148,26 @@ class Producer:
                 self.producer_id = txlog.coordinator.pids.allocate()
         else:
             self.state = State.UNINITIALIZED
+
+    @property
+    def producer_id(self) -> int:
+        """This instance's producer id (for the next transaction, once the last one's
+        markers are written)."""
+        self._settle()
+        return self._producer_id
+
+    @producer_id.setter
+    def producer_id(self, value: int) -> None:
+        self._producer_id = value
+
+    @property
+    def epoch(self) -> int:
+        self._settle()
+        return self._epoch
+
+    @epoch.setter
+    def epoch(self, value: int) -> None:
+        self._epoch = value
 
     # -- transactions -----------------------------------------------------------------------
 
@@ -145,6 +178,10 @@ class Producer:
         if self.state not in (State.UNINITIALIZED, State.READY):
             raise InvalidTxnStateError(f"init_transactions() in state {self.state.value}")
         assert self.transactional_id is not None
+        try:
+            self._settle()
+        except TxlogError:
+            pass  # init_producer_id rolls the transaction forward itself
         self.producer_id, self.epoch = self.log.coordinator.init_producer_id(
             self.transactional_id, self.timeout_ms)
         self._seq.clear()
@@ -228,9 +265,24 @@ class Producer:
         assert self.transactional_id is not None
         self.state = State.COMMITTING if commit else State.ABORTING
         t0 = time.perf_counter()
+        coord = self.log.coordinator
         try:
-            self.producer_id, self.epoch = self.log.coordinator.end_txn(
-                self.transactional_id, self.producer_id, self.epoch, commit)
+            self._settle()
+            step = coord.prepare_end(self.transactional_id, self.producer_id, self.epoch,
+                                     commit)
+            if isinstance(step, tuple):
+                self.producer_id, self.epoch = step
+            elif not commit:
+                # An abort is the error path: finish it before returning, so nothing of
+                # the failed transaction is left to settle.
+                self.producer_id, self.epoch = coord.complete(step)
+            else:
+                if self._completer is None:
+                    self._completer = ThreadPoolExecutor(
+                        1, thread_name_prefix=f"txlog-complete-{self.transactional_id}")
+                fut = self._completer.submit(completions.run, coord.complete, step)
+                completions.track(self.log.store.url, step.producer_id, step.epoch, fut)
+                self._completing = (self.producer_id, self.epoch, commit, fut)
             record_end_txn(self.log, commit, (time.perf_counter() - t0) * 1000)
         except ProducerFencedError as exc:
             self._fatal(exc)
@@ -245,6 +297,21 @@ class Producer:
         self._registered.clear()
         self._seq.clear()
         self.state = State.READY
+
+    def _settle(self) -> None:
+        """Wait for the last transaction's markers and Complete*, and take the (id, epoch)
+        they hand out.  If the background attempt failed (a store error), finish it here:
+        the outcome was decided, so this only retries writing it down."""
+        if self._completing is None:
+            return
+        pid, epoch, commit, fut = self._completing
+        try:
+            self._producer_id, self._epoch = fut.result()
+        except Exception:
+            assert self.transactional_id is not None
+            self._producer_id, self._epoch = self.log.coordinator.end_txn(
+                self.transactional_id, pid, epoch, commit)
+        self._completing = None
 
     # -- sending ---------------------------------------------------------------------------
 
@@ -331,26 +398,49 @@ class Producer:
         tps = [tp for tp in tps if tp in self._pending]
         if not tps:
             return
-        self._guard(lambda: self._register(tps))
-        for tp in tps:
-            batch = self._pending.pop(tp)
-            info = self.log.topic(tp.topic)
-            tables = list(batch.tables)
-            if batch.rows:
-                tables.append(self._rows_table(tp, batch.rows))
-            if len(tables) > 1:  # pieces may differ (null-typed or missing columns)
-                tables = [conform(t, info.schema, tp.topic, kafka_shaped=info.kafka_shaped)
-                          for t in tables]
-            table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
-            table = conform(table, info.schema, tp.topic, kafka_shaped=info.kafka_shaped)
+        # Batch objects first: writing one needs no epoch and no registration, so it
+        # overlaps with the previous transaction's markers and Complete* (background).
+        written: list[tuple[TopicPartition, _PendingBatch, pa.Table, str, int]] = []
+        try:
+            for tp in tps:
+                batch = self._pending.pop(tp)
+                written.append((tp, batch, *self._write_batch(tp, batch)))
+        except BaseException as exc:
+            self._fail_batches([b for _, b, *_ in written] + [self._pending.pop(tp)
+                                for tp in tps if tp in self._pending], exc)
+            raise
+        for i, (tp, batch, table, key, nbytes) in enumerate(written):
             try:
-                base = self._guard(lambda t=table, p=tp: self._append_now(p, t))  # type: ignore[misc]
+                if i == 0:
+                    self._guard(lambda: self._register(tps))
+                ts_min, ts_max = _ts_range(table)
+                base = self._guard(lambda t=table, p=tp, k=key, n=nbytes, lo=ts_min, hi=ts_max:
+                                   self._append_object(p, k, t.num_rows, n, lo, hi))
             except BaseException as exc:
-                for f in batch.futures:
-                    f._fail(exc)
+                self._fail_batches([b for _, b, *_ in written[i:]], exc)
                 raise
             for f in batch.futures:
                 f._done(base)
+
+    def _write_batch(self, tp: TopicPartition, batch: _PendingBatch) -> tuple[pa.Table, str, int]:
+        """Conform a pending batch to the topic's schema and write its object."""
+        info = self.log.topic(tp.topic)
+        tables = list(batch.tables)
+        if batch.rows:
+            tables.append(self._rows_table(tp, batch.rows))
+        if len(tables) > 1:  # pieces may differ (null-typed or missing columns)
+            tables = [conform(t, info.schema, tp.topic, kafka_shaped=info.kafka_shaped)
+                      for t in tables]
+        table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+        table = conform(table, info.schema, tp.topic, kafka_shaped=info.kafka_shaped)
+        key, nbytes = self._guard(lambda: self.log.partition_log(tp).write_data(table))
+        return table, key, nbytes
+
+    @staticmethod
+    def _fail_batches(batches: list[_PendingBatch], exc: BaseException) -> None:
+        for b in batches:
+            for f in b.futures:
+                f._fail(exc)
 
     def _rows_table(self, tp: TopicPartition, rows: list[Any]) -> pa.Table:
         return kafka_table(rows)
@@ -360,6 +450,7 @@ class Producer:
             return
         new = [tp for tp in tps if tp not in self._registered]
         if new:
+            self._settle()
             self.log.coordinator.add_partitions(self.transactional_id, self.producer_id,
                                                 self.epoch, new)
             self._registered.update(new)
@@ -485,10 +576,16 @@ class Producer:
     def close(self, timeout: float | None = None) -> None:
         if self.state == State.CLOSED:
             return
-        if self.transactional_id is None:
-            self.flush()
-        self._pending.clear()
-        self.state = State.CLOSED
+        try:
+            if self.transactional_id is None:
+                self.flush()
+            else:
+                self._settle()  # leave no transaction in Prepare* behind
+        finally:
+            self._pending.clear()
+            if self._completer is not None:
+                self._completer.shutdown(wait=True)
+            self.state = State.CLOSED
 
     def __enter__(self) -> Producer:
         return self

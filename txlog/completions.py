@@ -1,0 +1,54 @@
+"""Transaction completions in flight in this process.
+
+A committing producer writes markers and CompleteCommit in the background after
+PrepareCommit is durable.  Readers in the same process that meet such a transaction at a
+partition's LSO wait for that work instead of racing it (or, rate-limited, leaving the
+records hidden for a while): a commit is then visible to the next read in the process
+that made it, as before the work moved to the background.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future
+from typing import Any
+
+_lock = threading.Lock()
+_in_flight: dict[tuple[str, int, int], Future[Any]] = {}
+_local = threading.local()  # .completing: this thread runs completions (never waits)
+
+
+def run(fn: Callable[..., Any], *args: Any) -> Any:
+    """Run a completion job in the calling (background) thread."""
+    _local.completing = True
+    return fn(*args)
+
+
+def track(store_url: str, producer_id: int, epoch: int, fut: Future[Any]) -> None:
+    key = (store_url, producer_id, epoch)
+    with _lock:
+        _in_flight[key] = fut
+
+    def done(_: Future[Any]) -> None:
+        with _lock:
+            if _in_flight.get(key) is fut:
+                del _in_flight[key]
+
+    fut.add_done_callback(done)
+
+
+def wait_for(store_url: str, txns: Iterable[tuple[int, int]]) -> bool:
+    """Wait for this process's completions of ``txns`` ((producer id, epoch) pairs);
+    True if there were any.  Their failures are the committing producer's to report."""
+    if getattr(_local, "completing", False):
+        return False  # a completion reading a partition must not wait for itself
+    with _lock:
+        futs = [f for pid, epoch in txns
+                if (f := _in_flight.get((store_url, pid, epoch))) is not None]
+    for f in futs:
+        try:
+            f.result()
+        except Exception:
+            pass
+    return bool(futs)
