@@ -23,7 +23,7 @@ import enum
 import threading
 import time
 from collections.abc import Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -138,6 +138,7 @@ class Producer:
         # (its producer id, epoch, commit?, the future of the next (id, epoch)).
         self._completing: tuple[int, int, bool, Future[tuple[int, int]]] | None = None
         self._completer: ThreadPoolExecutor | None = None
+        self._writer: ThreadPoolExecutor | None = None
         self._producer_id = -1
         self._epoch = 0
         self._registered: set[TopicPartition] = set()
@@ -398,32 +399,47 @@ class Producer:
         tps = [tp for tp in tps if tp in self._pending]
         if not tps:
             return
-        # Batch objects first: writing one needs no epoch and no registration, so it
-        # overlaps with the previous transaction's markers and Complete* (background).
-        written: list[tuple[TopicPartition, _PendingBatch, pa.Table, str, int]] = []
+        batches = [(tp, self._pending.pop(tp)) for tp in tps]
         try:
-            for tp in tps:
-                batch = self._pending.pop(tp)
-                written.append((tp, batch, *self._write_batch(tp, batch)))
+            tables = [self._conformed(tp, b) for tp, b in batches]
         except BaseException as exc:
-            self._fail_batches([b for _, b, *_ in written] + [self._pending.pop(tp)
-                                for tp in tps if tp in self._pending], exc)
+            self._fail_batches([b for _, b in batches], exc)
             raise
-        for i, (tp, batch, table, key, nbytes) in enumerate(written):
-            try:
-                if i == 0:
+        items = [(tp, t) for (tp, _), t in zip(batches, tables, strict=True)]
+        # Batch objects need no epoch and no registration: when the transaction must
+        # first wait for the last one's markers or register partitions, write them
+        # meanwhile (a small transaction's data write hides its AddPartitions).
+        overlap = self.transactional_id is not None and (
+            self._completing is not None or any(tp not in self._registered for tp in tps))
+        try:
+            if overlap:
+                if self._writer is None:
+                    self._writer = ThreadPoolExecutor(1, thread_name_prefix="txlog-write")
+                fut = self._writer.submit(self._write_objects, items)
+                try:
                     self._guard(lambda: self._register(tps))
+                finally:
+                    wait([fut])  # its objects are unreferenced if registering failed
+                objects = self._guard(fut.result)
+            else:
+                objects = self._guard(lambda: self._write_objects(items))
+        except BaseException as exc:
+            self._fail_batches([b for _, b in batches], exc)
+            raise
+        for i, ((tp, batch), table, (key, nbytes)) in enumerate(
+                zip(batches, tables, objects, strict=True)):
+            try:
                 ts_min, ts_max = _ts_range(table)
                 base = self._guard(lambda t=table, p=tp, k=key, n=nbytes, lo=ts_min, hi=ts_max:
                                    self._append_object(p, k, t.num_rows, n, lo, hi))
             except BaseException as exc:
-                self._fail_batches([b for _, b, *_ in written[i:]], exc)
+                self._fail_batches([b for _, b in batches[i:]], exc)
                 raise
             for f in batch.futures:
                 f._done(base)
 
-    def _write_batch(self, tp: TopicPartition, batch: _PendingBatch) -> tuple[pa.Table, str, int]:
-        """Conform a pending batch to the topic's schema and write its object."""
+    def _conformed(self, tp: TopicPartition, batch: _PendingBatch) -> pa.Table:
+        """A pending batch as one table of the topic's schema."""
         info = self.log.topic(tp.topic)
         tables = list(batch.tables)
         if batch.rows:
@@ -432,9 +448,12 @@ class Producer:
             tables = [conform(t, info.schema, tp.topic, kafka_shaped=info.kafka_shaped)
                       for t in tables]
         table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
-        table = conform(table, info.schema, tp.topic, kafka_shaped=info.kafka_shaped)
-        key, nbytes = self._guard(lambda: self.log.partition_log(tp).write_data(table))
-        return table, key, nbytes
+        return conform(table, info.schema, tp.topic, kafka_shaped=info.kafka_shaped)
+
+    def _write_objects(self, items: list[tuple[TopicPartition, pa.Table]],
+                       ) -> list[tuple[str, int]]:
+        """Write each table as a batch object (plain puts of unique names)."""
+        return [self.log.partition_log(tp).write_data(t) for tp, t in items]
 
     @staticmethod
     def _fail_batches(batches: list[_PendingBatch], exc: BaseException) -> None:
@@ -583,8 +602,9 @@ class Producer:
                 self._settle()  # leave no transaction in Prepare* behind
         finally:
             self._pending.clear()
-            if self._completer is not None:
-                self._completer.shutdown(wait=True)
+            for ex in (self._completer, self._writer):
+                if ex is not None:
+                    ex.shutdown(wait=True)
             self.state = State.CLOSED
 
     def __enter__(self) -> Producer:
