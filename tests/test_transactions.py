@@ -286,3 +286,38 @@ def test_exit_without_close_completes_the_commit(tmp_path: object) -> None:
     assert rec is not None and rec.state == "CompleteCommit"
     st = log.partition_log(TopicPartition("a", 0)).refresh()
     assert not st.open_txns and st.last_stable_offset == st.high_watermark
+
+
+def test_failed_background_completion_is_retried_by_the_next_operation(
+        log: txlog.Log) -> None:
+    """Torture seed 100001 (local): the background markers of a commit hit a store error
+    and reading ``producer.epoch`` raised it.  Attributes never raise; the next
+    transaction retries the markers, and the commit holds throughout."""
+    from txlog.errors import StorageError
+
+    p = log.producer(transactional_id="retry")
+    p.init_transactions()
+    coord = log.coordinator
+    real_marker = coord.write_marker
+    # Fails in the background and again when reading the epoch retries it.
+    failures = [StorageError("injected: marker write timed out") for _ in range(2)]
+
+    def flaky_marker(*args: object, **kw: object) -> None:
+        if failures:
+            raise failures.pop()
+        real_marker(*args, **kw)  # type: ignore[arg-type]
+
+    coord.write_marker = flaky_marker  # type: ignore[method-assign]
+    p.begin_transaction()
+    p.send("a", b"first", partition=0)
+    e0 = p._epoch
+    p.commit_transaction()
+    assert p.epoch == e0  # both attempts failed: still the ended one's epoch, no raise
+    assert not failures
+    p.begin_transaction()
+    p.send("a", b"second", partition=0)
+    p.commit_transaction()  # its first write finished the first commit's markers
+    p.close()
+    assert read_all(log, "a") == [b"first", b"second"]
+    rec = log.coordinator.record("retry")
+    assert rec is not None and rec.state == "CompleteCommit"

@@ -20,6 +20,7 @@ them, because the next transaction needs the epoch that CompleteCommit hands out
 from __future__ import annotations
 
 import enum
+import logging
 import threading
 import time
 from collections.abc import Mapping
@@ -49,6 +50,8 @@ from txlog.records import TopicPartition, conform, kafka_table, now_ms
 
 if TYPE_CHECKING:
     from txlog.log import Log
+
+_log = logging.getLogger(__name__)
 
 
 class State(enum.Enum):
@@ -152,9 +155,10 @@ class Producer:
 
     @property
     def producer_id(self) -> int:
-        """This instance's producer id (for the next transaction, once the last one's
-        markers are written)."""
-        self._settle()
+        """This instance's producer id: the next transaction's once the last commit's
+        markers are written (waits for them; until a failed attempt is retried by the
+        next operation, the ended transaction's)."""
+        self._try_settle()
         return self._producer_id
 
     @producer_id.setter
@@ -163,12 +167,21 @@ class Producer:
 
     @property
     def epoch(self) -> int:
-        self._settle()
+        """This instance's epoch, as :attr:`producer_id`."""
+        self._try_settle()
         return self._epoch
 
     @epoch.setter
     def epoch(self, value: int) -> None:
         self._epoch = value
+
+    def _try_settle(self) -> None:
+        # Reading an attribute must not raise a store error: the next operation retries
+        # the background work and reports its failure.
+        try:
+            self._settle()
+        except TxlogError:
+            pass
 
     # -- transactions -----------------------------------------------------------------------
 
@@ -599,13 +612,22 @@ class Producer:
             if self.transactional_id is None:
                 self.flush()
             else:
-                self._settle()  # leave no transaction in Prepare* behind
+                self._close_settle()
         finally:
             self._pending.clear()
             for ex in (self._completer, self._writer):
                 if ex is not None:
                     ex.shutdown(wait=True)
             self.state = State.CLOSED
+
+    def _close_settle(self) -> None:
+        """Leave no commit in PrepareCommit behind, if the store lets us; if not, any
+        reader or ``txlog maintain`` rolls it forward (the commit already holds)."""
+        try:
+            self._settle()
+        except TxlogError as exc:
+            _log.warning("close(): the last commit's markers could not be written (%s); "
+                         "readers and `txlog maintain` will finish them", exc)
 
     def __enter__(self) -> Producer:
         return self
