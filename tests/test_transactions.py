@@ -299,8 +299,10 @@ def test_failed_background_completion_is_retried_by_the_next_operation(
     p.init_transactions()
     coord = log.coordinator
     real_marker = coord.write_marker
-    # Fails in the background and again when reading the epoch retries it.
-    failures = [StorageError("injected: marker write timed out") for _ in range(2)]
+    # Fails in the background and again when reading the epoch retries it, the second
+    # time as a raw OS error (torture seed 100270: a filesystem's TimeoutError).
+    failures: list[Exception] = [TimeoutError("injected: marker read timed out"),
+                                 StorageError("injected: marker write timed out")]
 
     def flaky_marker(*args: object, **kw: object) -> None:
         if failures:

@@ -180,7 +180,7 @@ class Producer:
         # the background work and reports its failure.
         try:
             self._settle()
-        except TxlogError:
+        except Exception:  # raw OSErrors from a filesystem too
             pass
 
     # -- transactions -----------------------------------------------------------------------
@@ -194,7 +194,7 @@ class Producer:
         assert self.transactional_id is not None
         try:
             self._settle()
-        except TxlogError:
+        except Exception:
             pass  # init_producer_id rolls the transaction forward itself
         self.producer_id, self.epoch = self.log.coordinator.init_producer_id(
             self.transactional_id, self.timeout_ms)
@@ -625,7 +625,7 @@ class Producer:
         reader or ``txlog maintain`` rolls it forward (the commit already holds)."""
         try:
             self._settle()
-        except TxlogError as exc:
+        except Exception as exc:
             _log.warning("close(): the last commit's markers could not be written (%s); "
                          "readers and `txlog maintain` will finish them", exc)
 
