@@ -705,3 +705,37 @@ def test_list_paginates(s3_store: Any) -> None:
         assert s3_store.list("pg/", "pg/0010") == []
     finally:
         fs.call_s3 = real_call
+
+
+def test_local_without_fsync_keeps_atomic_create(tmp_path: Any) -> None:
+    """``{"fsync": False}`` drops only power-loss durability: racing creates still have
+    exactly one winner, the option survives pickling (Spark workers), and the local store
+    refuses options that are not its own."""
+
+    from txlog.errors import ConfigError
+
+    store = open_store(str(tmp_path / "nofsync"), {"fsync": False})
+    assert isinstance(store, LocalStore) and store.fsync is False
+    assert pickle.loads(pickle.dumps(store)).fsync is False
+    writers, trials = 8, 100
+    barrier = threading.Barrier(writers)
+    wins: Counter[int] = Counter()
+    lock = threading.Lock()
+
+    def writer(w: int) -> None:
+        for t in range(trials):
+            barrier.wait(BARRIER_TIMEOUT)
+            if store.put_if_absent(f"slot/{t}", f"{w}".encode()):
+                with lock:
+                    wins[t] += 1
+
+    threads = [threading.Thread(target=writer, args=(w,)) for w in range(writers)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(BARRIER_TIMEOUT * trials)
+    assert all(wins[t] == 1 for t in range(trials)), wins
+    with pytest.raises(ConfigError, match=r"'anon'.*only 'fsync'"):
+        open_store(str(tmp_path / "x"), {"anon": True})
+    with pytest.raises(ConfigError, match="True or False"):
+        open_store(str(tmp_path / "x"), {"fsync": "no"})

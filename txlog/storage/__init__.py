@@ -6,7 +6,7 @@ import os
 from typing import Any
 from urllib.parse import urlparse
 
-from txlog.errors import AtomicCreateUnsupportedError
+from txlog.errors import AtomicCreateUnsupportedError, ConfigError
 from txlog.storage.base import ObjectStore, RequestCounter, check_key
 from txlog.storage.local import LocalStore
 from txlog.storage.memory import MemoryStore
@@ -30,7 +30,8 @@ def open_store(url: str, storage_options: dict[str, Any] | None = None) -> Objec
         path = parsed.path if scheme == "file" else url
         if scheme == "file" and parsed.netloc:
             path = "/" + parsed.netloc + parsed.path
-        return LocalStore(url, os.path.abspath(os.path.expanduser(path)))
+        return LocalStore(url, os.path.abspath(os.path.expanduser(path)),
+                          **_local_options(url, storage_options))
     if scheme == "memory":
         return MemoryStore(url, (parsed.netloc + parsed.path).strip("/") or "default")
     if scheme in REMOTE_SCHEMES:
@@ -41,3 +42,15 @@ def open_store(url: str, storage_options: dict[str, Any] | None = None) -> Objec
         f"backend {scheme!r} (from {url!r}) has no atomic create-if-absent that txlog can "
         "rely on; use a local path, s3://, gs://, abfs:// or memory:// (tests only)"
     )
+
+
+def _local_options(url: str, storage_options: dict[str, Any] | None) -> dict[str, Any]:
+    opts = dict(storage_options or {})
+    unknown = sorted(set(opts) - {"fsync"})
+    if unknown:
+        raise ConfigError(
+            f"storage option(s) {', '.join(map(repr, unknown))} do not apply to the local "
+            f"store at {url!r}; it takes only 'fsync' (default True)")
+    if "fsync" in opts and not isinstance(opts["fsync"], bool):
+        raise ConfigError(f"storage option 'fsync' must be True or False, not {opts['fsync']!r}")
+    return opts

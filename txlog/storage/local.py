@@ -1,5 +1,10 @@
 """Local-disk store.  Atomic create is a hard link of a fully written, fsynced temp file.
 
+``fsync=False`` (storage option ``{"fsync": False}``) skips the fsyncs: creates stay
+atomic and a killed process loses nothing (the page cache survives it), but a power loss
+or kernel crash may lose the newest objects.  That is the durability of delta-rs's and
+Kafka's defaults on one machine; the default here is to fsync.
+
 fsspec's local ``mode="create"`` and ``open("xb")`` are not safe here: the first checks
 then writes, the second makes a half-written file visible under the final name.
 """
@@ -21,16 +26,18 @@ _Keys = list[str]  # the class's list() method shadows the builtin inside its bo
 class LocalStore(ObjectStore):
     backend = "local"
 
-    def __init__(self, url: str, root: str) -> None:
+    def __init__(self, url: str, root: str, *, fsync: bool = True) -> None:
         super().__init__(url)
         self.root = os.path.abspath(root)
+        self.fsync = fsync
         os.makedirs(self.root, exist_ok=True)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"url": self.url, "root": self.root}
+        return {"url": self.url, "root": self.root, "fsync": self.fsync}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["url"], state["root"])  # type: ignore[misc]
+        self.__init__(state["url"], state["root"],  # type: ignore[misc]
+                      fsync=state.get("fsync", True))
 
     def _path(self, key: str) -> str:
         return os.path.join(self.root, *check_key(key).split("/"))
@@ -45,7 +52,8 @@ class LocalStore(ObjectStore):
             while view:
                 n = os.write(fd, view)
                 view = view[n:]
-            os.fsync(fd)
+            if self.fsync:
+                os.fsync(fd)
         finally:
             os.close(fd)
         return tmp
@@ -77,7 +85,7 @@ class LocalStore(ObjectStore):
         finally:
             os.unlink(tmp)
         self.counter.add("put_if_absent", len(data))
-        if won:
+        if won and self.fsync:
             self._fsync_dir(os.path.dirname(final))
         return won
 
