@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import secrets
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from txlog.errors import CorruptObjectError, UnsupportedFormatError
@@ -64,12 +64,15 @@ class Entry:
         return self.base_offset + self.count
 
     def encode(self) -> bytes:
-        d = asdict(self)
+        # A shallow dict, not asdict(): asdict deep-copies every value, and this runs for
+        # every appended batch.  json.dumps copies nothing anyway.
+        d = {f: getattr(self, f) for f in _FIELD_NAMES}
         d["v"] = FORMAT_VERSION
         return json.dumps(d, separators=(",", ":"), sort_keys=True).encode()
 
 
-_FIELDS = set(Entry.__dataclass_fields__)
+_FIELD_NAMES = tuple(Entry.__dataclass_fields__)
+_FIELDS = set(_FIELD_NAMES)
 
 
 def decode_entry(raw: bytes, where: str) -> Entry:
