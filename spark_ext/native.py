@@ -20,10 +20,9 @@ from __future__ import annotations
 
 import re
 import string
+import uuid
 from collections import Counter
 from typing import TYPE_CHECKING, Any
-
-import pyarrow as pa
 
 from spark_ext.options import PLAN_LOCK, options_from_kwargs, parse_read_options
 from spark_ext.read_plan import BatchPlan, OutputShape, cached_log, plan_batch
@@ -87,9 +86,9 @@ _LISTING_THRESHOLD = "spark.sql.sources.parallelPartitionDiscovery.threshold"
 
 
 def _scan(spark: SparkSession, store: ObjectStore, shape: OutputShape, keys: list[str],
-          names: dict[str, str]) -> DataFrame:
-    from pyspark.sql import functions as F
-
+          names: dict[str, str]) -> tuple[DataFrame, str | None]:
+    """The Parquet scan of the planned files, and (when their directories are listed
+    instead of the files given one by one) the SQL condition that picks them."""
     hidden = [k for k in keys if names[k].startswith(("_", "."))]
     if hidden:
         from txlog.errors import StorageError
@@ -103,10 +102,10 @@ def _scan(spark: SparkSession, store: ObjectStore, shape: OutputShape, keys: lis
         [store.full_path(d) for d in sorted({k.rsplit("/", 1)[0] for k in keys})]
     df = _parquet(spark, reader, paths)
     if explicit:
-        return df
-    # One SQL string, not one py4j call per literal (isin() costs ~5 ms per file).
+        return df, None
+    # Spark applies this as a file-pruning filter before any file is opened.
     listed_sql = ", ".join(_sql_string(n) for n in sorted(set(names.values())))
-    return df.where(F.expr(f"_metadata.file_name IN ({listed_sql})"))
+    return df, f"_metadata.file_name IN ({listed_sql})"
 
 
 def _parquet(spark: SparkSession, reader: Any, paths: list[str]) -> DataFrame:
@@ -129,9 +128,17 @@ def _sql_string(s: str) -> str:
     return "'" + s.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def plan_to_dataframe(spark: SparkSession, store: ObjectStore, plan: BatchPlan) -> DataFrame:
-    from pyspark.sql import functions as F
+def _ident(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
 
+
+def plan_to_dataframe(spark: SparkSession, store: ObjectStore, plan: BatchPlan) -> DataFrame:
+    """The planned slices as one DataFrame.
+
+    Built as one SQL statement over a temporary view of the scan, with the slice table
+    inline (``VALUES``): every py4j call is a round trip to the JVM (``F.col``, each
+    Column operator, each list element, ``createDataFrame``), and on a busy driver the
+    few hundred calls of a DataFrame-API build cost more than scanning small topics."""
     shape = plan.shape
     out_schema = shape.spark_schema()
     if not plan.slices:
@@ -141,45 +148,46 @@ def plan_to_dataframe(spark: SparkSession, store: ObjectStore, plan: BatchPlan) 
     names = {k: uri_quote(k.rsplit("/", 1)[-1]) for k in keys}
     ambiguous = any(n > 1 for n in Counter(names.values()).values())
     quoted_keys = {k: "/" + uri_quote(k) for k in keys} if ambiguous else dict.fromkeys(keys, "")
-    # The slice table goes to the JVM as Arrow (a local relation: no Python tasks).
-    sl = plan.slices
-    spans = spark.createDataFrame(pa.table({
-        "_t_name": pa.array([names[s.key] for s in sl], pa.string()),
-        "_t_key": pa.array([quoted_keys[s.key] for s in sl], pa.string()),
-        "topic": pa.array([s.topic for s in sl], pa.string()),
-        "partition": pa.array([s.partition for s in sl], pa.int32()),
-        "_t_base": pa.array([s.base_offset for s in sl], pa.int64()),
-        "_t_lo": pa.array([s.skip for s in sl], pa.int64()),
-        "_t_hi": pa.array([s.skip + s.take for s in sl], pa.int64()),
-        "_t_append_ms": pa.array([s.append_ms for s in sl], pa.int64()),
-    }))
+    rows = ", ".join(
+        f"({_sql_string(names[s.key])}, {_sql_string(quoted_keys[s.key])}, "
+        f"{_sql_string(s.topic)}, {int(s.partition)}, {int(s.base_offset)}L, {int(s.skip)}L, "
+        f"{int(s.skip + s.take)}L, {int(s.append_ms)}L)" for s in plan.slices)
+    spans = (f"(VALUES {rows}) AS s(_t_name, _t_key, _t_topic, _t_part, _t_base, _t_lo, "
+             "_t_hi, _t_append_ms)")
 
-    data = (_scan(spark, store, shape, keys, names)
-            .select(*[F.col(f"`{c}`") for c in shape.data_columns],
-                    F.col("_metadata.file_name").alias("_t_fname"),
-                    F.col("_metadata.file_path").alias("_t_fpath"),
-                    F.col("_metadata.row_index").alias("_t_row")))
-    cond = ((data["_t_fname"] == spans["_t_name"]) & (data["_t_row"] >= spans["_t_lo"])
-            & (data["_t_row"] < spans["_t_hi"]))
+    scan, where = _scan(spark, store, shape, keys, names)
+    view = f"txlog_native_{uuid.uuid4().hex}"
+    data_cols = ", ".join(_ident(c) for c in shape.data_columns)
+    data = (f"(SELECT {data_cols}, _metadata.file_name AS _t_fname, "
+            f"_metadata.file_path AS _t_fpath, _metadata.row_index AS _t_row FROM {view}"
+            + (f" WHERE {where}" if where else "") + ") AS d")
+    cond = "d._t_fname = s._t_name AND d._t_row >= s._t_lo AND d._t_row < s._t_hi"
     if ambiguous:  # two planned files share a name: match the whole key too
-        cond = cond & data["_t_fpath"].endswith(spans["_t_key"])
-    j = data.join(F.broadcast(spans), cond, "inner")
+        cond += " AND endswith(d._t_fpath, s._t_key)"
 
-    offset = (F.col("_t_base") + F.col("_t_row")).alias("offset")
-    append_ts = F.timestamp_millis(F.col("_t_append_ms"))
-    cols: list[Any] = []
+    offset = "d._t_row + s._t_base"
+    append_ts = "timestamp_millis(s._t_append_ms)"
+    by_name: dict[str, str] = {
+        "topic": "s._t_topic", "partition": "CAST(s._t_part AS INT)",
+        "offset": f"CAST({offset} AS BIGINT)",
+    }
     if shape.kafka_shaped:
-        by_name = {
-            "key": F.col("key"), "value": F.col("value"), "topic": F.col("topic"),
-            "partition": F.col("partition"), "offset": offset,
-            "timestamp": F.coalesce(F.col("timestamp"), append_ts),
-            "timestampType": F.when(F.col("timestamp").isNull(), F.lit(1)).otherwise(F.lit(0)),
-            "headers": F.col("headers"),
-        }
+        by_name.update({
+            "key": "d.key", "value": "d.value", "headers": "d.headers",
+            "timestamp": f"coalesce(d.`timestamp`, {append_ts})",
+            "timestampType": "CAST(CASE WHEN d.`timestamp` IS NULL THEN 1 ELSE 0 END AS INT)",
+        })
     else:
-        by_name = {c: F.col(f"`{c}`") for c in shape.data_columns}
-        by_name.update({"topic": F.col("topic"), "partition": F.col("partition"),
-                        "offset": offset, "timestamp": append_ts})
-    for f in out_schema.fields:
-        cols.append(by_name[f.name].cast(f.dataType).alias(f.name))
-    return j.select(*cols)
+        by_name.update({c: "d." + _ident(c) for c in shape.data_columns
+                        if c not in by_name and c != "timestamp"})
+        by_name["timestamp"] = append_ts
+    select = ", ".join(f"{by_name[f.name]} AS {_ident(f.name)}" for f in out_schema.fields)
+
+    # A view hides the hidden _metadata column: expose it as an ordinary one first.
+    scan.selectExpr("*", "_metadata").createOrReplaceTempView(view)
+    try:
+        # The analysed plan holds the view's plan: dropping the view keeps the DataFrame.
+        return spark.sql(f"SELECT /*+ BROADCAST(s) */ {select} FROM "
+                         f"{data} JOIN {spans} ON {cond}")
+    finally:
+        spark.catalog.dropTempView(view)
