@@ -40,6 +40,8 @@ DEFAULT_FILE_BYTES = 128 * 1024 * 1024
 ROUTE_ROWS = 128 * 1024
 ROUTE_BYTES = 32 * 1024 * 1024
 DEFAULT_BUFFER_BYTES = 256 * 1024 * 1024
+#: Threads that encode and store a task's last files.
+FINISH_THREADS = 3
 
 
 @dataclass(frozen=True)
@@ -398,24 +400,38 @@ class Stager:
             self._write(biggest)
 
     def _write(self, key: tuple[str, int]) -> None:
+        self.files.append(self._put(*self._take(key)))
+
+    def _take(self, key: tuple[str, int]) -> tuple[str, int, pa.Table, int]:
+        """Remove a buffer and give its rows a file sequence number (in this thread)."""
         buf = self._buffers.pop(key)
         self._buffered -= buf.nbytes
         table = pa.concat_tables(buf.tables) if len(buf.tables) > 1 else buf.tables[0]
-        topic, partition = key
-        seq = next(self._seq)
+        return key[0], key[1], table, next(self._seq)
+
+    def _put(self, topic: str, partition: int, table: pa.Table, seq: int) -> StagedFile:
+        """Encode and store one file (safe to run in several threads at once)."""
         # Unique across jobs too (readers may match files by name): the staging id's uuid.
         name = f"p{partition:05d}-t{self.tag}-{seq:04d}-{self.spec.txn[-12:]}.parquet"
         obj = layout.staging_prefix(topic, self.spec.txn) + name
         data = encode_staged(table)
         self.store.put(obj, data)
         ts_min, ts_max = _ts_range(table)
-        self.files.append(StagedFile(topic, partition, obj, table.num_rows, len(data),
-                                     ts_min, ts_max, self.task, seq))
+        return StagedFile(topic, partition, obj, table.num_rows, len(data), ts_min, ts_max,
+                          self.task, seq)
 
     def finish(self) -> list[StagedFile]:
         self._route_pending()
-        for key in sorted(self._buffers):
-            self._write(key)
+        work = [self._take(key) for key in sorted(self._buffers)]
+        if len(work) > 1:
+            # Parquet encoding and the store's write + fsync release the GIL: one file's
+            # fsync (or upload) overlaps the next one's encoding.
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(max_workers=FINISH_THREADS) as ex:
+                self.files.extend(ex.map(lambda w: self._put(*w), work))
+        else:
+            self.files.extend(self._put(*w) for w in work)
         return self.files
 
 
