@@ -11,7 +11,8 @@ bound what is read) and not with records for the commit itself.
 
 For each point: ``send`` = the transaction's writes (data objects, log entries, the
 AddPartitions registration); ``commit`` = ``commit_transaction()`` after an explicit
-``flush()`` (EndTxn: Prepare*, one marker per partition, Complete*); ``plan`` = a cold
+``flush()`` (EndTxn: Prepare*, one marker per partition, Complete*, the last two
+written in the background and waited for here); ``plan`` = a cold
 read_committed plan of the partitions (fresh ``txlog.connect``, load each partition's
 checkpoint + tail, compute the LSO and the batch objects to read).
 
@@ -56,6 +57,7 @@ class TxnMeter:
             t1 = C.perf()
             c1 = C.counts(self.log.store)
             self.producer.commit_transaction()
+            _ = self.producer.epoch  # waits for the background markers and Complete*
             t2 = C.perf()
             c2 = C.counts(self.log.store)
             send_t.append(t1 - t0)
@@ -180,6 +182,7 @@ def dim_history(tg: C.Target, points: list[int], reps: int) -> list[dict[str, An
         p2.begin_transaction()
         send(p2)
         p2.commit_transaction()
+        _ = p2.epoch  # waits for the background markers and Complete*
         r["cold_init_ms"] = (t1 - t0) * 1000
         r["cold_txn_ms"] = (C.perf() - t1) * 1000
         r["cold_txn_requests"] = C.diff_counts(C.counts(fresh.store), c1)
