@@ -192,10 +192,7 @@ class Producer:
         if self.state not in (State.UNINITIALIZED, State.READY):
             raise InvalidTxnStateError(f"init_transactions() in state {self.state.value}")
         assert self.transactional_id is not None
-        try:
-            self._settle()
-        except Exception:
-            pass  # init_producer_id rolls the transaction forward itself
+        self._try_settle()  # if that fails, init_producer_id rolls it forward itself
         self.producer_id, self.epoch = self.log.coordinator.init_producer_id(
             self.transactional_id, self.timeout_ms)
         self._seq.clear()

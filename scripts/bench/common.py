@@ -220,6 +220,29 @@ def interleaved(sides: dict[str, Callable[[], Any]], *, rounds: int, per_round: 
     return {"lat": lat, "rate": rate, "reqs": reqs, "calls": rounds * per_round}
 
 
+# -- Spark ---------------------------------------------------------------------------------
+
+
+def start_spark(app_name: str) -> Any:
+    """A local[2] session for the Spark benchmarks, with txlog registered; its workers run
+    this interpreter (PYSPARK_PYTHON)."""
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    spark = (SparkSession.builder.master("local[2]").appName(app_name)
+             .config("spark.sql.shuffle.partitions", "2")
+             .config("spark.ui.enabled", "false")
+             .config("spark.ui.showConsoleProgress", "false")
+             .config("spark.driver.memory", "2g")
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    import spark_ext
+
+    spark_ext.register(spark)
+    return spark
+
+
 # -- object-store request counts ------------------------------------------------------------
 
 

@@ -83,24 +83,6 @@ def plain_copy(url: str, topic: str, dest: Path) -> int:
     return rows
 
 
-def start_spark() -> Any:
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
-    spark = (SparkSession.builder.master("local[2]").appName("txlog-spark-scan")
-             .config("spark.sql.shuffle.partitions", "2")
-             .config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false")
-             .config("spark.driver.memory", "2g")
-             .getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
-    import spark_ext
-
-    spark_ext.register(spark)
-    return spark
-
-
 def main() -> None:
     args = C.parse_args(__doc__.splitlines()[0], stores=False, extra=lambda p: p.add_argument(
         "--records", type=int, default=None,
@@ -126,7 +108,7 @@ def run(mode: str, records: int, rounds: int, work: Path) -> None:
         topics[pct]["plain_rows"] = plain_copy(url, f"scan{pct}", work / f"plain{pct}")
         assert topics[pct]["plain_rows"] == topics[pct]["committed"]
 
-    spark = start_spark()
+    spark = C.start_spark("txlog-spark-scan")
     import spark_ext
 
     def txlog_df(pct: int, isolation: str = "read_committed") -> Any:

@@ -36,24 +36,6 @@ VALUE_SIZE = 100
 COMMIT_PARTITIONS = (1, 2, 4, 8, 16, 32)
 
 
-def start_spark() -> Any:
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
-    spark = (SparkSession.builder.master("local[2]").appName("txlog-spark-write")
-             .config("spark.sql.shuffle.partitions", "2")
-             .config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false")
-             .config("spark.driver.memory", "2g")
-             .getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
-    import spark_ext
-
-    spark_ext.register(spark)
-    return spark
-
-
 def tree_cpu_seconds() -> float:
     """CPU seconds used so far by this process and every live descendant (the JVM, the
     Python worker daemons and workers), including the children they have reaped.  Wall
@@ -140,7 +122,7 @@ def run(mode: str, records: int, rounds: int, work: Path) -> None:
     C.progress("object-store requests per commit")
     per_commit = [commit_requests(work, n) for n in COMMIT_PARTITIONS]
 
-    spark = start_spark()
+    spark = C.start_spark("txlog-spark-write")
     from pyspark.sql import functions as F
 
     df = (spark.range(0, records, numPartitions=2)
