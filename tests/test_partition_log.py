@@ -166,6 +166,25 @@ def test_partitioner_and_records(tmp_path: object) -> None:
         TopicPartition("t", r.partition)] >= 1
 
 
+def test_send_futures_report_the_offsets_the_log_assigned(tmp_path: object) -> None:
+    log = txlog.connect(str(tmp_path))
+    log.create_topic("t", partitions=1)
+    p = log.producer(**{"batch.size": 400})  # several batches: offsets cross batches
+    futs = [p.send("t", b"v%03d" % i, partition=0) for i in range(50)]
+    assert not futs[-1].done()
+    with pytest.raises(txlog.errors.InvalidTxnStateError, match="not written yet"):
+        futs[-1].get()
+    p.flush()
+    assert all(f.done() for f in futs)
+    metas = [f.get() for f in futs]
+    assert [m.offset for m in metas] == list(range(50))
+    assert metas[7] is futs[7].get()  # built once
+    c = log.consumer(auto_offset_reset="earliest")
+    c.assign([TopicPartition("t", 0)])
+    by_offset = {r.offset: r.value for r in c.poll(100)}
+    assert [by_offset[m.offset] for m in metas] == [b"v%03d" % i for i in range(50)]
+
+
 def test_store_is_picklable_and_log_too(tmp_path: object) -> None:
     import pickle
 
