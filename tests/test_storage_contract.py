@@ -739,3 +739,60 @@ def test_local_without_fsync_keeps_atomic_create(tmp_path: Any) -> None:
         open_store(str(tmp_path / "x"), {"anon": True})
     with pytest.raises(ConfigError, match="True or False"):
         open_store(str(tmp_path / "x"), {"fsync": "no"})
+
+
+@pytest.mark.parametrize("fsync", [True, False])
+def test_local_writes_sync_the_file_and_its_directory(tmp_path: Any, monkeypatch: Any,
+                                                       fsync: bool) -> None:
+    """With fsync on, every put and won create syncs the object and then its directory
+    before returning: a log entry that survives a power loss must not name a batch object
+    whose directory entry did not.  With ``{"fsync": False}`` nothing is synced."""
+    import os
+
+    store = open_store(str(tmp_path / "s"), {"fsync": fsync})
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def recording_fsync(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", recording_fsync)
+    root = os.path.realpath(str(tmp_path / "s"))
+    store.put("topics/t/0/data/first.parquet", b"data")  # creates the directories
+    store.put_if_absent("topics/t/0/log/000000/0.json", b"entry")
+    if fsync:
+        # Each directory created is named durably: its parent is synced after mkdir.
+        for parent in (root, f"{root}/topics", f"{root}/topics/t", f"{root}/topics/t/0",
+                       f"{root}/topics/t/0/log"):
+            assert parent in synced, (parent, synced)
+    synced.clear()
+    store.put("topics/t/0/data/a.parquet", b"data")
+    assert store.put_if_absent("topics/t/0/log/000000/1.json", b"entry")
+    assert not store.put_if_absent("topics/t/0/log/000000/1.json", b"lost")
+    if not fsync:
+        assert synced == []
+        return
+    data_dir, log_dir = f"{root}/topics/t/0/data", f"{root}/topics/t/0/log/000000"
+    # temp file, then the directory holding the final name; the losing create syncs only
+    # its temp file (nothing of it stays).
+    assert [p.rsplit("/", 1)[0] if "/.tmp-" in p else p for p in synced] == [
+        data_dir, data_dir, log_dir, log_dir, log_dir]
+    assert all("/.tmp-" in synced[i] for i in (0, 2, 4))
+
+
+def test_local_store_writes_into_a_directory_removed_behind_its_back(tmp_path: Any) -> None:
+    """The store remembers which directories exist (one stat per directory, not per
+    write); a directory removed since (a topic deleted and re-created by another client, a
+    staging sweep) is created again, not reported as a missing object."""
+    import shutil
+
+    store = open_store(str(tmp_path / "s"))
+    store.put("topics/t/0/data/a.parquet", b"a")
+    shutil.rmtree(tmp_path / "s" / "topics")
+    store.put("topics/t/0/data/b.parquet", b"b")
+    assert store.put_if_absent("topics/t/0/log/000000/0.json", b"e")
+    shutil.rmtree(tmp_path / "s" / "topics" / "t" / "0" / "log")
+    assert store.put_if_absent("topics/t/0/log/000000/0.json", b"e2")
+    assert store.get("topics/t/0/data/b.parquet") == b"b"
+    assert store.get("topics/t/0/log/000000/0.json") == b"e2"

@@ -20,6 +20,7 @@ from txlog.errors import ObjectNotFoundError, StorageError
 from txlog.storage.base import ObjectStore, check_key
 
 _TMP_PREFIX = ".tmp-"
+_MAX_KNOWN_DIRS = 10_000
 _Keys = list[str]  # the class's list() method shadows the builtin inside its body
 
 
@@ -30,6 +31,7 @@ class LocalStore(ObjectStore):
         super().__init__(url)
         self.root = os.path.abspath(root)
         self.fsync = fsync
+        self._dirs: set[str] = set()  # directories known to exist
         os.makedirs(self.root, exist_ok=True)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -42,11 +44,36 @@ class LocalStore(ObjectStore):
     def _path(self, key: str) -> str:
         return os.path.join(self.root, *check_key(key).split("/"))
 
+    def _ensure_dir(self, directory: str) -> None:
+        """Create ``directory`` and any missing parents; with fsync on, sync the parent
+        of each one created so the new names survive a power loss with what is in them."""
+        missing = []
+        d = directory
+        while not os.path.isdir(d):
+            missing.append(d)
+            d = os.path.dirname(d)
+        for m in reversed(missing):
+            try:
+                os.mkdir(m)
+            except FileExistsError:
+                pass
+            if self.fsync:
+                self._fsync_dir(os.path.dirname(m))
+        if len(self._dirs) > _MAX_KNOWN_DIRS:
+            self._dirs.clear()
+        self._dirs.add(directory)
+
     def _write_temp(self, final: str, data: bytes) -> str:
         directory = os.path.dirname(final)
-        os.makedirs(directory, exist_ok=True)
+        if directory not in self._dirs:  # one stat per directory, not per write
+            self._ensure_dir(directory)
         tmp = os.path.join(directory, f"{_TMP_PREFIX}{uuid.uuid4().hex}")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileNotFoundError:  # deleted since we saw it (a topic or staging sweep)
+            self._dirs.discard(directory)
+            self._ensure_dir(directory)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             view = memoryview(data)
             while view:
@@ -94,6 +121,10 @@ class LocalStore(ObjectStore):
         tmp = self._write_temp(final, data)
         os.replace(tmp, final)
         self.counter.add("put", len(data))
+        if self.fsync:
+            # The rename must be durable before anything refers to the object: a log entry
+            # that survives a power loss must not name a batch object that did not.
+            self._fsync_dir(os.path.dirname(final))
 
     def get(self, key: str) -> bytes:
         try:
