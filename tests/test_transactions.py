@@ -61,6 +61,21 @@ def test_commit_and_abort_are_all_or_nothing_across_topics(log: txlog.Log) -> No
     assert b"late-abort" in read_all(log, "a", "read_uncommitted")
 
 
+def test_fenced_producer_leaves_no_batch_objects_behind(log: txlog.Log) -> None:
+    """A transaction's batch objects are written while its partitions are registered;
+    when registering fails (the producer was fenced), the objects are deleted: no entry
+    names them, and nothing else would ever remove them."""
+    zombie = log.producer(transactional_id="tz")
+    zombie.init_transactions()
+    zombie.begin_transaction()
+    zombie.send("a", b"zombie", partition=1)
+    log.producer(transactional_id="tz").init_transactions()  # fences the zombie
+    with pytest.raises(ProducerFencedError):
+        zombie.flush()
+    assert log.store.list("topics/a/1/data/") == []
+    assert read_all(log, "a", "read_uncommitted") == []
+
+
 def test_zombie_is_fenced_and_invisible(log: txlog.Log) -> None:
     z = log.producer(transactional_id="t1")
     z.init_transactions()

@@ -438,8 +438,10 @@ class Producer:
                 fut = self._writer.submit(self._write_objects, items)
                 try:
                     self._guard(lambda: self._register(tps))
-                finally:
-                    wait([fut])  # its objects are unreferenced if registering failed
+                except BaseException:
+                    wait([fut])
+                    self._discard_objects(items, fut)
+                    raise
                 objects = self._guard(fut.result)
             else:
                 objects = self._guard(lambda: self._write_objects(items))
@@ -469,6 +471,18 @@ class Producer:
                       for t in tables]
         table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
         return conform(table, info.schema, tp.topic, kafka_shaped=info.kafka_shaped)
+
+    def _discard_objects(self, items: list[tuple[TopicPartition, pa.Table]],
+                         fut: Future[list[tuple[str, int]]]) -> None:
+        """Delete batch objects that registering failed to make appendable: no log entry
+        names them (none was attempted), so nothing can ever read them.  Best effort."""
+        if fut.exception() is not None:
+            return
+        for (tp, _), (key, _) in zip(items, fut.result(), strict=True):
+            try:
+                self.log.partition_log(tp).store.delete(key)
+            except Exception as exc:  # an unreferenced object costs only space
+                _log.warning("could not delete unreferenced batch object %s: %s", key, exc)
 
     def _write_objects(self, items: list[tuple[TopicPartition, pa.Table]],
                        ) -> list[tuple[str, int]]:
