@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 
 from txlog import layout
 from txlog.errors import ConfigError, SchemaMismatchError, UnknownTopicError
+from txlog.partition_log import encode_parquet
 from txlog.records import HEADER_TYPE, KAFKA_SCHEMA, conform, now_ms
 
 #: Columns a Kafka-shaped write takes (besides routing columns ``topic``/``partition``).
@@ -436,18 +437,8 @@ class Stager:
 
 
 def encode_staged(table: pa.Table) -> bytes:
-    """Parquet as ``txlog.partition_log.encode_parquet`` writes it (snappy, no statistics),
-    except that Kafka record values are not dictionary-encoded: they are rarely repeated,
-    and trying costs as much CPU as the rest of the encoding."""
-    import pyarrow.parquet as pq
-
-    buf = pa.BufferOutputStream()
-    dictionary: bool | list[str] = True
-    if table.schema.equals(KAFKA_SCHEMA):
-        dictionary = [c for c in table.column_names if c != "value"]
-    pq.write_table(table, buf, compression="snappy", write_statistics=False,
-                   use_dictionary=dictionary)
-    return buf.getvalue().to_pybytes()
+    """A staged file is appended as it is: encoded exactly as the producer's batches."""
+    return encode_parquet(table)
 
 
 def stage(spec: StageSpec, batches: Iterable[pa.RecordBatch], *, task: int, attempt_id: int,
