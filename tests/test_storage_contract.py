@@ -796,3 +796,31 @@ def test_local_store_writes_into_a_directory_removed_behind_its_back(tmp_path: A
     assert store.put_if_absent("topics/t/0/log/000000/0.json", b"e2")
     assert store.get("topics/t/0/data/b.parquet") == b"b"
     assert store.get("topics/t/0/log/000000/0.json") == b"e2"
+
+
+def test_one_directory_has_one_identity_however_it_is_spelled(tmp_path: Any,
+                                                              monkeypatch: Any) -> None:
+    """A reader waits for its own process's in-flight commit completions by store
+    identity: a Log opened through a symlink, a relative path or a trailing slash must
+    meet the commits of a Log on the absolute path."""
+    import txlog
+
+    root = tmp_path / "root"
+    a = txlog.connect(str(root))
+    (tmp_path / "link").symlink_to(root)
+    monkeypatch.chdir(tmp_path)
+    spellings = [str(tmp_path / "link"), "root", "./root/", str(root) + "/", f"file://{root}"]
+    for url in spellings:
+        assert txlog.connect(url).store.identity == a.store.identity, url
+    assert txlog.connect(str(tmp_path / "other")).store.identity != a.store.identity
+    # End to end: a commit through one spelling is read at once through another.
+    a.create_topic("t", partitions=1)
+    p = a.producer(transactional_id="x")
+    p.init_transactions()
+    p.begin_transaction()
+    p.send("t", b"v", partition=0)
+    p.commit_transaction()
+    c = txlog.connect(str(tmp_path / "link")).consumer(auto_offset_reset="earliest")
+    c.assign([txlog.TopicPartition("t", 0)])
+    assert [r.value for r in c.poll(10)] == [b"v"]
+    p.close()

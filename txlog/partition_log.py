@@ -101,7 +101,7 @@ class PartitionLog:
         # background) would hold the LSO for a moment: wait for it, so the next read in
         # the process that committed sees the commit.  Outside the lock: the marker
         # writer needs it.
-        if st.open_txns and completions.wait_for(self.store.url, list(st.open_txns)):
+        if st.open_txns and completions.wait_for(self.store.identity, list(st.open_txns)):
             st = self._refresh()
         return st
 

@@ -300,7 +300,7 @@ class Producer:
                     self._completer = ThreadPoolExecutor(
                         1, thread_name_prefix=f"txlog-complete-{self.transactional_id}")
                 fut = self._completer.submit(completions.run, coord.complete, step)
-                completions.track(self.log.store.url, step.producer_id, step.epoch, fut)
+                completions.track(self.log.store.identity, step.producer_id, step.epoch, fut)
                 self._completing = (self.producer_id, self.epoch, commit, fut)
             record_end_txn(self.log, commit, (time.perf_counter() - t0) * 1000)
         except ProducerFencedError as exc:

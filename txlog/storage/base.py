@@ -63,6 +63,12 @@ class ObjectStore(abc.ABC):
         self.url = url
         self.counter = RequestCounter()
 
+    @property
+    def identity(self) -> str:
+        """The location, spelled the same however the URL was (in-process registries
+        key on it: two Logs on one directory must meet each other's work)."""
+        return self.url
+
     # -- the one atomic primitive ------------------------------------------------------
 
     @abc.abstractmethod

@@ -33,6 +33,7 @@ class LocalStore(ObjectStore):
         self.fsync = fsync
         self._dirs: set[str] = set()  # directories known to exist
         os.makedirs(self.root, exist_ok=True)
+        self._identity = "file://" + os.path.realpath(self.root)
 
     def __getstate__(self) -> dict[str, Any]:
         return {"url": self.url, "root": self.root, "fsync": self.fsync}
@@ -40,6 +41,10 @@ class LocalStore(ObjectStore):
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["url"], state["root"],  # type: ignore[misc]
                       fsync=state.get("fsync", True))
+
+    @property
+    def identity(self) -> str:
+        return self._identity
 
     def _path(self, key: str) -> str:
         return os.path.join(self.root, *check_key(key).split("/"))

@@ -177,6 +177,10 @@ class RemoteStore(ObjectStore):
     retry_base_delay = 0.05
     retry_max_delay = 2.0
 
+    @property
+    def identity(self) -> str:
+        return self._url_prefix
+
     def __init__(self, url: str, backend: str, storage_options: dict[str, Any]) -> None:
         super().__init__(url)
         if backend not in _PROTOCOLS:
