@@ -116,3 +116,23 @@ def test_maintenance_sweep_finishes_abandoned_transactions(tmp_path: Path) -> No
     assert swept == ["tx"]
     seen = assert_atomic_and_unstuck(txlog.connect(root))
     assert set(seen) == {0, 1}  # the prepared commit was rolled forward
+
+
+def test_describe_shows_the_lso_a_reader_gets_after_a_crash_in_commit(tmp_path: Path) -> None:
+    """A producer killed after PrepareCommit leaves the LSO held until someone rolls the
+    commit forward; ``describe_topic`` (``txlog topics describe``) does so, as a reader
+    would, instead of showing the stale LSO."""
+    root = str(tmp_path)
+    log = txlog.connect(root)
+    for t, n in TOPICS.items():
+        log.create_topic(t, partitions=n)
+    assert run_child(root, "after_prepare:2", timeout_ms=60_000) == -9
+    fresh = txlog.connect(root)
+    held = [p for t in TOPICS for p in range(TOPICS[t])
+            if fresh.partition_log(TopicPartition(t, p)).refresh().open_txns]
+    assert held, "the crash should leave a prepared transaction holding some LSO"
+    for t in TOPICS:
+        for part in fresh.describe_topic(t)["partition_info"]:
+            assert part["last_stable_offset"] == part["high_watermark"], (t, part)
+            assert part["open_transactions"] == 0
+    assert set(assert_atomic_and_unstuck(txlog.connect(root))) == {0, 1}

@@ -173,10 +173,15 @@ class Log:
         return sorted(n for n in names if internal or n not in INTERNAL_TOPICS)
 
     def describe_topic(self, name: str) -> dict[str, Any]:
+        """The topic's metadata and, per partition, the offsets a reader would see: a
+        decided transaction holding the LSO is rolled forward and an expired one aborted
+        first, as any reader does (so the LSO shown is the one a consumer gets)."""
+        from txlog.resolve import resolve_lso
+
         info = self.topic(name)
         parts = []
         for p in range(info.partitions):
-            st = self.partition_log(TopicPartition(name, p)).refresh()
+            st = resolve_lso(self, TopicPartition(name, p))
             parts.append({
                 "partition": p, "log_start_offset": st.log_start_offset,
                 "high_watermark": st.high_watermark,
