@@ -118,10 +118,12 @@ def test_maintenance_sweep_finishes_abandoned_transactions(tmp_path: Path) -> No
     assert set(seen) == {0, 1}  # the prepared commit was rolled forward
 
 
-def test_describe_shows_the_lso_a_reader_gets_after_a_crash_in_commit(tmp_path: Path) -> None:
+def test_describe_shows_the_lso_a_reader_gets_after_a_crash_in_commit(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A producer killed after PrepareCommit leaves the LSO held until someone rolls the
     commit forward; ``describe_topic`` (``txlog topics describe``) does so, as a reader
-    would, instead of showing the stale LSO."""
+    would, instead of showing the stale LSO.  Without write access it still answers,
+    with the LSO as last written."""
     root = str(tmp_path)
     log = txlog.connect(root)
     for t, n in TOPICS.items():
@@ -131,6 +133,15 @@ def test_describe_shows_the_lso_a_reader_gets_after_a_crash_in_commit(tmp_path: 
     held = [p for t in TOPICS for p in range(TOPICS[t])
             if fresh.partition_log(TopicPartition(t, p)).refresh().open_txns]
     assert held, "the crash should leave a prepared transaction holding some LSO"
+    read_only = txlog.connect(root)
+
+    def refuse(key: str, data: bytes) -> bool:
+        raise PermissionError(13, "read-only credentials", key)
+
+    monkeypatch.setattr(read_only.store, "put_if_absent", refuse)
+    stale = [p for t in TOPICS for p in read_only.describe_topic(t)["partition_info"]
+             if p["open_transactions"]]
+    assert stale and all(p["last_stable_offset"] < p["high_watermark"] for p in stale)
     for t in TOPICS:
         for part in fresh.describe_topic(t)["partition_info"]:
             assert part["last_stable_offset"] == part["high_watermark"], (t, part)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import uuid
 from dataclasses import dataclass, field
@@ -12,7 +13,7 @@ import pyarrow as pa
 
 from txlog import layout
 from txlog.config import load_config, topic_config
-from txlog.errors import CorruptObjectError, TopicExistsError, UnknownTopicError
+from txlog.errors import CorruptObjectError, StorageError, TopicExistsError, UnknownTopicError
 from txlog.model import new_token
 from txlog.names import CONSUMER_OFFSETS_TOPIC, INTERNAL_TOPICS, validate_topic
 from txlog.partition_log import PartitionLog
@@ -23,6 +24,9 @@ if TYPE_CHECKING:
     from txlog.consumer import Consumer
     from txlog.coordinator import Coordinator
     from txlog.producer import Producer
+
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -175,13 +179,20 @@ class Log:
     def describe_topic(self, name: str) -> dict[str, Any]:
         """The topic's metadata and, per partition, the offsets a reader would see: a
         decided transaction holding the LSO is rolled forward and an expired one aborted
-        first, as any reader does (so the LSO shown is the one a consumer gets)."""
+        first, as any reader does (so the LSO shown is the one a consumer gets).  With
+        read-only access that cannot be done: the LSO is then shown as last written."""
         from txlog.resolve import resolve_lso
 
         info = self.topic(name)
         parts = []
         for p in range(info.partitions):
-            st = resolve_lso(self, TopicPartition(name, p))
+            tp = TopicPartition(name, p)
+            try:
+                st = resolve_lso(self, tp)
+            except (StorageError, OSError) as exc:
+                log.warning("describe %s: could not settle what holds its LSO (%s); "
+                            "showing it as last written", tp, exc)
+                st = self.partition_log(tp).refresh()
             parts.append({
                 "partition": p, "log_start_offset": st.log_start_offset,
                 "high_watermark": st.high_watermark,
