@@ -200,6 +200,25 @@ def connect_from_options(url: str, storage_options: Mapping[str, Any], *,
         return log
 
 
+def cached_log_for(url: str, storage_options: Mapping[str, Any], topics: Iterable[str],
+                   ) -> Log:
+    """This process's cached Log for the root, replaced when one of ``topics`` was
+    deleted and recreated since it was cached (its cached partition states would point
+    past the new topic's end)."""
+    from txlog import layout
+
+    log = connect_from_options(url, storage_options, cached=True)
+    for name in topics:
+        try:
+            current = json.loads(log.store.get(layout.topic_meta(name))).get("id")
+        except (KeyError, ValueError):
+            continue  # unknown or unreadable: log.topic() reports it
+        if current != log.topic(name).topic_id:
+            forget_cached_log(log)
+            return connect_from_options(url, storage_options, cached=True)
+    return log
+
+
 def forget_cached_log(log: Log) -> None:
     with _LOGS_LOCK:
         for k, v in list(_LOGS.items()):

@@ -26,7 +26,7 @@ from spark_ext.options import (
     ConfigError,
     OffsetSpec,
     ReadOptions,
-    forget_cached_log,
+    cached_log_for,
 )
 from txlog.errors import OffsetOutOfRangeError, UnknownTopicError
 from txlog.partition_state import READ_COMMITTED, PartitionState
@@ -428,22 +428,9 @@ def plan_batch(ro: ReadOptions, log: Log | None = None) -> BatchPlan:
 def cached_log(ro: ReadOptions) -> Log:
     """This process's Log for the root (planning again reads only new log tails), replaced
     when a subscribed topic was deleted and recreated since it was cached."""
-    import json
-
-    from txlog import layout
-
-    log = ro.connect(cached=True)
     names = list(ro.assign) if ro.assign is not None else list(ro.topics)
     with PLAN_LOCK:
-        for name in names:
-            try:
-                current = json.loads(log.store.get(layout.topic_meta(name))).get("id")
-            except (KeyError, ValueError):
-                continue  # unknown or unreadable: log.topic() reports it
-            if current != log.topic(name).topic_id:
-                forget_cached_log(log)
-                return ro.connect(cached=True)
-    return log
+        return cached_log_for(ro.url, ro.storage_options, names)
 
 
 def _plan_batch(ro: ReadOptions, log: Log) -> BatchPlan:

@@ -77,6 +77,7 @@ from pyspark.sql.datasource import (
 
 from spark_ext import staging
 from spark_ext.options import (
+    cached_log_for,
     check_known,
     parse_int,
     parse_json_object,
@@ -391,7 +392,11 @@ def commit_staged(wo: WriteOptions, files: list[StagedFile], txns: Iterable[str]
     from txlog.app_versions import app_transactional_id, committed_app_version
     from txlog.offsets import read_committed_offsets
 
-    lg = lg if lg is not None else wo.connect()
+    if lg is None:
+        # Spark reuses its commit worker: a cached Log reads only the entries appended
+        # since its last commit, where a fresh one replays each partition's tail.
+        lg = cached_log_for(wo.url, wo.storage_options,
+                            sorted({f.topic for f in files} | set(topics)))
     order = sorted(files, key=lambda f: (f.topic, f.partition, f.task, f.seq, f.key))
     prefixes = _staging_prefixes(lg, set(topics) | {f.topic for f in files}, txns)
     if app_id is not None:
@@ -440,9 +445,17 @@ def commit_staged(wo: WriteOptions, files: list[StagedFile], txns: Iterable[str]
     marker = json.dumps({"transactional_id": tid, "own": own, "ms": now_ms()}).encode()
     for p in _staging_prefixes(lg, {f.topic for f in order}, txns):
         lg.store.put(p + COMMIT_STARTED, marker)
+    tps = sorted({TopicPartition(f.topic, f.partition) for f in order})
+    if len(tps) > 1 and lg.store.backend not in ("local", "memory"):
+        # Open the partitions in parallel (checkpoint, then the tail): a fresh commit
+        # worker otherwise pays several round trips per partition, one partition after
+        # the other.  The appends below then find them loaded.
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=min(16, len(tps))) as ex:
+            list(ex.map(lambda tp: lg.partition_log(tp).refresh(), tps))
     producer.begin_transaction()
     try:
-        tps = sorted({TopicPartition(f.topic, f.partition) for f in order})
         if len(tps) > 1:  # one state-log write registers them all
             producer.add_partitions_to_transaction(tps)
         for f in order:
