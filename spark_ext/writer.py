@@ -473,6 +473,9 @@ def commit_staged(wo: WriteOptions, files: list[StagedFile], txns: Iterable[str]
         except Exception as exc:
             log.warning("abort after a failed commit of %s also failed: %s", tid, exc)
         raise
+    # Wait for the markers: when the job returns, a read from any process sees the rows
+    # without first rolling the commit forward itself.
+    producer.close()
     _pause_point("after-commit")
     result.swept = sweep(lg, prefixes, keep={f.key for f in order})
     log.info("txlog: committed %d rows in %d files to %d partitions (transactional.id %s)",
