@@ -102,21 +102,10 @@ def transform(df: Any) -> Any:
 
 
 def pipeline(root: str, run: int) -> None:
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
     import spark_ext
     import spark_ext.exactly_once as eos
 
-    spark = (SparkSession.builder.master("local[2]").appName("txlog-demo")
-             .config("spark.sql.shuffle.partitions", "2")
-             .config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false")
-             .config("spark.sql.session.timeZone", "UTC")
-             .getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
-    spark_ext.register(spark)
+    spark = spark_ext.local_session("txlog-demo")
 
     def report(r: eos.Round) -> None:
         state = "committed" if r.committed else "already done by an earlier run"

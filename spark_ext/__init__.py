@@ -85,6 +85,31 @@ def register(spark: SparkSession) -> None:
     spark.dataSource.register(TxlogDataSource)
 
 
+def local_session(app_name: str, **conf: str) -> SparkSession:
+    """A local[2] session with txlog registered, for scripts and tests on one machine.
+
+    Its Python workers run this interpreter (``PYSPARK_PYTHON``): otherwise they start
+    whatever ``python3`` is on the PATH and fail with a bare Py4JJavaError.  ``conf``
+    adds or overrides Spark settings."""
+    import os
+    import sys
+
+    from pyspark.sql import SparkSession
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    settings = {"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false",
+                "spark.ui.showConsoleProgress": "false",
+                "spark.sql.session.timeZone": "UTC", **conf}
+    builder = SparkSession.builder.master("local[2]").appName(app_name)
+    for k, v in settings.items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    return spark
+
+
 def read(spark: SparkSession, path: str | None = None, /,
          options: dict[str, Any] | None = None, **kwargs: Any) -> DataFrame:
     """A batch read planned on the driver and scanned by Spark's native Parquet reader.

@@ -224,23 +224,10 @@ def interleaved(sides: dict[str, Callable[[], Any]], *, rounds: int, per_round: 
 
 
 def start_spark(app_name: str) -> Any:
-    """A local[2] session for the Spark benchmarks, with txlog registered; its workers run
-    this interpreter (PYSPARK_PYTHON)."""
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
-    spark = (SparkSession.builder.master("local[2]").appName(app_name)
-             .config("spark.sql.shuffle.partitions", "2")
-             .config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false")
-             .config("spark.driver.memory", "2g")
-             .getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
+    """A local[2] session for the Spark benchmarks, with txlog registered."""
     import spark_ext
 
-    spark_ext.register(spark)
-    return spark
+    return spark_ext.local_session(app_name, **{"spark.driver.memory": "2g"})
 
 
 # -- object-store request counts ------------------------------------------------------------
