@@ -24,8 +24,9 @@ import uuid
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
+from spark_ext import perfect_hash
 from spark_ext.options import PLAN_LOCK, options_from_kwargs, parse_read_options
-from spark_ext.read_plan import BatchPlan, OutputShape, cached_log, plan_batch
+from spark_ext.read_plan import BatchPlan, FileSlice, OutputShape, cached_log, plan_batch
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -86,10 +87,10 @@ _LISTING_THRESHOLD = "spark.sql.sources.parallelPartitionDiscovery.threshold"
 
 
 def _scan(spark: SparkSession, store: ObjectStore, shape: OutputShape, keys: list[str],
-          names: dict[str, str]) -> tuple[DataFrame, str | None]:
-    """The Parquet scan of the planned files, and (when their directories are listed
-    instead of the files given one by one) the SQL condition that picks them."""
-    hidden = [k for k in keys if names[k].startswith(("_", "."))]
+          ) -> DataFrame:
+    """The Parquet scan of the planned files (and, when two share a name in different
+    directories, of those files' namesakes there too)."""
+    hidden = [k for k in keys if k.rsplit("/", 1)[-1].startswith(("_", "."))]
     if hidden:
         from txlog.errors import StorageError
 
@@ -97,15 +98,20 @@ def _scan(spark: SparkSession, store: ObjectStore, shape: OutputShape, keys: lis
             f"batch object {hidden[0]!r} has a name Spark's file reader ignores (it starts "
             "with '_' or '.'); read with format('txlog') instead of spark_ext.read")
     reader = spark.read.schema(stored_spark_schema(shape))
-    explicit = len(keys) <= MAX_EXPLICIT_FILES
-    paths = [store.full_path(k) for k in keys] if explicit else \
-        [store.full_path(d) for d in sorted({k.rsplit("/", 1)[0] for k in keys})]
-    df = _parquet(spark, reader, paths)
-    if explicit:
-        return df, None
-    # Spark applies this as a file-pruning filter before any file is opened.
-    listed_sql = ", ".join(_sql_string(n) for n in sorted(set(names.values())))
-    return df, f"_metadata.file_name IN ({listed_sql})"
+    if len(keys) <= MAX_EXPLICIT_FILES:
+        return _parquet(spark, reader, [store.full_path(k) for k in keys])
+    # Naming hundreds of files costs the driver a lookup each (0.3-0.5 s for 800 local
+    # files); listing their directories with a file-name glob costs one listing each and
+    # nothing per row (a filter on _metadata.file_name would cost a struct per row).
+    names = sorted({k.rsplit("/", 1)[-1] for k in keys})
+    reader = reader.option("pathGlobFilter", "{" + ",".join(map(_glob_escape, names)) + "}")
+    return _parquet(spark, reader,
+                    [store.full_path(d) for d in sorted({k.rsplit("/", 1)[0] for k in keys})])
+
+
+def _glob_escape(name: str) -> str:
+    """``name`` as a literal inside a Hadoop glob alternation."""
+    return re.sub(r"([\\*?\[\]{},])", r"\\\1", name)
 
 
 def _parquet(spark: SparkSession, reader: Any, paths: list[str]) -> DataFrame:
@@ -135,10 +141,10 @@ def _ident(name: str) -> str:
 def plan_to_dataframe(spark: SparkSession, store: ObjectStore, plan: BatchPlan) -> DataFrame:
     """The planned slices as one DataFrame.
 
-    Built as one SQL statement over a temporary view of the scan, with the slice table
-    inline (``VALUES``): every py4j call is a round trip to the JVM (``F.col``, each
-    Column operator, each list element, ``createDataFrame``), and on a busy driver the
-    few hundred calls of a DataFrame-API build cost more than scanning small topics."""
+    Built as one SQL statement over a temporary view of the scan, with the plan inline as
+    literals: every py4j call is a round trip to the JVM (``F.col``, each Column operator,
+    each list element, ``createDataFrame``), and on a busy driver the few hundred calls of
+    a DataFrame-API build cost more than scanning small topics."""
     shape = plan.shape
     out_schema = shape.spark_schema()
     if not plan.slices:
@@ -146,30 +152,28 @@ def plan_to_dataframe(spark: SparkSession, store: ObjectStore, plan: BatchPlan) 
 
     keys = sorted({s.key for s in plan.slices})
     names = {k: uri_quote(k.rsplit("/", 1)[-1]) for k in keys}
-    ambiguous = any(n > 1 for n in Counter(names.values()).values())
-    quoted_keys = {k: "/" + uri_quote(k) for k in keys} if ambiguous else dict.fromkeys(keys, "")
-    rows = ", ".join(
-        f"({_sql_string(names[s.key])}, {_sql_string(quoted_keys[s.key])}, "
-        f"{_sql_string(s.topic)}, {int(s.partition)}, {int(s.base_offset)}L, {int(s.skip)}L, "
-        f"{int(s.skip + s.take)}L, {int(s.append_ms)}L)" for s in plan.slices)
-    spans = (f"(VALUES {rows}) AS s(_t_name, _t_key, _t_topic, _t_part, _t_base, _t_lo, "
-             "_t_hi, _t_append_ms)")
-
-    scan, where = _scan(spark, store, shape, keys, names)
+    scan = _scan(spark, store, shape, keys)
+    looked_up = _looked_up(scan, shape, plan.slices, names)
+    if looked_up is not None:
+        return looked_up
     view = f"txlog_native_{uuid.uuid4().hex}"
-    data_cols = ", ".join(_ident(c) for c in shape.data_columns)
-    data = (f"(SELECT {data_cols}, _metadata.file_name AS _t_fname, "
-            f"_metadata.file_path AS _t_fpath, _metadata.row_index AS _t_row FROM {view}"
-            + (f" WHERE {where}" if where else "") + ") AS d")
-    cond = "d._t_fname = s._t_name AND d._t_row >= s._t_lo AND d._t_row < s._t_hi"
-    if ambiguous:  # two planned files share a name: match the whole key too
-        cond += " AND endswith(d._t_fpath, s._t_key)"
+    # A view hides the hidden _metadata column: expose it as an ordinary one first.
+    scan.selectExpr("*", "_metadata").createOrReplaceTempView(view)
+    try:
+        # The analysed plan holds the view's plan: dropping the view keeps the DataFrame.
+        return spark.sql(_join_sql(shape, plan.slices, names, view))
+    finally:
+        spark.catalog.dropTempView(view)
 
-    offset = "d._t_row + s._t_base"
-    append_ts = "timestamp_millis(s._t_append_ms)"
+
+def _select(shape: OutputShape, topic: str, partition: str, base: str, append_ms: str,
+            ) -> list[str]:
+    """The output columns from the scan's columns (``d.``, with ``d._t_row``) and the SQL
+    of the row's slice values."""
+    append_ts = f"timestamp_millis({append_ms})"
     by_name: dict[str, str] = {
-        "topic": "s._t_topic", "partition": "CAST(s._t_part AS INT)",
-        "offset": f"CAST({offset} AS BIGINT)",
+        "topic": topic, "partition": f"CAST({partition} AS INT)",
+        "offset": f"CAST(d._t_row + {base} AS BIGINT)",
     }
     if shape.kafka_shaped:
         by_name.update({
@@ -181,13 +185,89 @@ def plan_to_dataframe(spark: SparkSession, store: ObjectStore, plan: BatchPlan) 
         by_name.update({c: "d." + _ident(c) for c in shape.data_columns
                         if c not in by_name and c != "timestamp"})
         by_name["timestamp"] = append_ts
-    select = ", ".join(f"{by_name[f.name]} AS {_ident(f.name)}" for f in out_schema.fields)
+    return [f"{by_name[f.name]} AS {_ident(f.name)}" for f in shape.spark_schema().fields]
 
-    # A view hides the hidden _metadata column: expose it as an ordinary one first.
-    scan.selectExpr("*", "_metadata").createOrReplaceTempView(view)
-    try:
-        # The analysed plan holds the view's plan: dropping the view keeps the DataFrame.
-        return spark.sql(f"SELECT /*+ BROADCAST(s) */ {select} FROM "
-                         f"{data} JOIN {spans} ON {cond}")
-    finally:
-        spark.catalog.dropTempView(view)
+
+def _data_columns(shape: OutputShape) -> str:
+    return ", ".join(_ident(c) for c in shape.data_columns)
+
+
+def one_slice_per_file(slices: list[FileSlice]) -> dict[str, FileSlice] | None:
+    """One slice per file, adjacent runs of a compacted segment that share a base merged;
+    None when some file still needs two (rows between them are not to be read)."""
+    by_key: dict[str, FileSlice] = {}
+    for s in sorted(slices, key=lambda s: (s.key, s.skip)):
+        prev = by_key.get(s.key)
+        if prev is None:
+            by_key[s.key] = s
+        elif prev.base_offset == s.base_offset and prev.skip + prev.take == s.skip:
+            by_key[s.key] = prev._replace(take=prev.take + s.take, nbytes=prev.nbytes + s.nbytes)
+        else:
+            return None
+    return by_key
+
+
+def _looked_up(scan: DataFrame, shape: OutputShape, slices: list[FileSlice],
+               names: dict[str, str]) -> DataFrame | None:
+    """The scan with each row's slice found by a perfect hash of its file name (see
+    :mod:`spark_ext.perfect_hash`), or None when that cannot tell the files apart.
+
+    Built on the scan DataFrame itself (not a view of it): Spark then reads the
+    ``_metadata`` fields as plain per-file constants instead of building a struct a row."""
+    one = one_slice_per_file(slices)
+    if one is None or len(set(names.values())) != len(names):
+        return None
+    keys = sorted(one)
+    table = perfect_hash.build([names[k] for k in keys])
+    if table is None:
+        return None
+    at: list[FileSlice | None] = [None] * table.slots
+    for k, slot in zip(keys, table.slot, strict=True):
+        at[slot] = one[k]
+
+    def array(values: list[str]) -> str:
+        return "array(" + ", ".join(values) + ")"
+
+    def lookup(values: list[str]) -> str:
+        if len(set(values)) == 1:
+            return values[0]
+        return f"element_at({array(values)}, d._t_slot)"
+
+    fill = next(s for s in at if s is not None)
+    topic = lookup([_sql_string((s or fill).topic) for s in at])
+    part = lookup([str(int((s or fill).partition)) for s in at])
+    base = lookup([f"{int((s or fill).base_offset)}L" for s in at])
+    append_ms = lookup([f"{int((s or fill).append_ms)}L" for s in at])
+    hashed = scan.selectExpr(*[_ident(c) for c in shape.data_columns],
+                             "_metadata.row_index AS _t_row",
+                             "hash(_metadata.file_name) AS _t_h")
+    d = hashed.selectExpr("*", f"{table.sql_slot('_t_h')} AS _t_slot").alias("d")
+    if not all(s.whole for s in one.values()):
+        # Empty slots read no rows (lo = hi = 0).  A filter on _metadata costs a struct
+        # per row: only trimmed slices pay it.
+        lo = [f"{s.skip}L" if s else "0L" for s in at]
+        hi = [f"{s.skip + s.take}L" if s else "0L" for s in at]
+        d = d.where(f"d._t_row >= element_at({array(lo)}, d._t_slot) AND "
+                    f"d._t_row < element_at({array(hi)}, d._t_slot)")
+    return d.selectExpr(*_select(shape, topic, part, base, append_ms))
+
+
+def _join_sql(shape: OutputShape, slices: list[FileSlice], names: dict[str, str],
+              source: str) -> str:
+    """The scan broadcast-joined with the slice table (a file may hold several slices)."""
+    ambiguous = any(n > 1 for n in Counter(names.values()).values())
+    quoted_keys = {k: "/" + uri_quote(k) for k in names} if ambiguous else dict.fromkeys(names, "")
+    rows = ", ".join(
+        f"({_sql_string(names[s.key])}, {_sql_string(quoted_keys[s.key])}, "
+        f"{_sql_string(s.topic)}, {int(s.partition)}, {int(s.base_offset)}L, {int(s.skip)}L, "
+        f"{int(s.skip + s.take)}L, {int(s.append_ms)}L)" for s in slices)
+    spans = (f"(VALUES {rows}) AS s(_t_name, _t_key, _t_topic, _t_part, _t_base, _t_lo, "
+             "_t_hi, _t_append_ms)")
+    data = (f"(SELECT {_data_columns(shape)}, _metadata.file_name AS _t_fname, "
+            f"_metadata.file_path AS _t_fpath, _metadata.row_index AS _t_row "
+            f"FROM {source}) AS d")
+    cond = "d._t_fname = s._t_name AND d._t_row >= s._t_lo AND d._t_row < s._t_hi"
+    if ambiguous:  # two planned files share a name: match the whole key too
+        cond += " AND endswith(d._t_fpath, s._t_key)"
+    select = ", ".join(_select(shape, "s._t_topic", "s._t_part", "s._t_base", "s._t_append_ms"))
+    return f"SELECT /*+ BROADCAST(s) */ {select} FROM {data} JOIN {spans} ON {cond}"

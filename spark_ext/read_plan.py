@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -58,6 +59,7 @@ class FileSlice(NamedTuple):
     take: int
     append_ms: int
     nbytes: int       # estimated bytes of the slice (for splitting)
+    whole: bool = False  # the slice is every row of its object (nothing to trim)
 
     @property
     def start(self) -> int:
@@ -361,15 +363,20 @@ def plan_slices(log: Log, states: Mapping[TopicPartition, PartitionState],
             continue
         b = st.batches
         sizes: dict[str, int] = {}
+        runs: Counter[str] = Counter()
         for d, n in zip(b.data, b.nbytes, strict=True):
             sizes[d] = max(sizes.get(d, 0), n)  # a compacted segment's size is on one run
+            runs[d] += 1
         for s in spans:
             nbytes = sizes.get(s.data, 0)
             est = max(1, nbytes * s.take // s.count) if s.count else 1
+            # An object named by one batch holds exactly its rows (a compacted segment is
+            # named by each of its runs).
+            whole = runs[s.data] == 1 and s.row == 0 and s.skip == 0 and s.take == s.count
             # Inside a compacted segment a run starts at file row s.row: shifting the base
             # keeps "offset of file row i = base_offset + i" true for the run's rows.
             out.append(FileSlice(s.data, tp.topic, tp.partition, s.base_offset - s.row,
-                                 s.file_row, s.take, s.append_ms, est))
+                                 s.file_row, s.take, s.append_ms, est, whole))
     return out
 
 

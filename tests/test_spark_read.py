@@ -326,7 +326,11 @@ def test_typed_topic(spark: Any, tmp_path: Path) -> None:
     assert len(expected) == 10
 
 
-def test_offset_ranges_and_timestamps(spark: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("explicit_files", [32, 1])
+def test_offset_ranges_and_timestamps(spark: Any, tmp_path: Path, explicit_files: int,
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    # With 1, the native path lists directories; trimmed slices then filter rows by index.
+    monkeypatch.setattr(native, "MAX_EXPLICIT_FILES", explicit_files)
     url = str(tmp_path / "lake")
     log = txlog.connect(url)
     log.create_topic("r", partitions=2)
@@ -548,6 +552,108 @@ def test_stream_starts_at_latest_by_default(spark: Any, tmp_path: Path) -> None:
     with pytest.raises(Exception, match="endingOffsets"):
         _drain(_stream(spark, url, tmp_path / "ckpt-bad", sink, topic="l",
                        endingOffsets="latest"))
+
+
+# --- the native path's file lookup --------------------------------------------------------
+
+
+def executed_plan(df: Any) -> str:
+    return str(df._jdf.queryExecution().executedPlan().toString())
+
+
+def plan_nodes(df: Any) -> list[str]:
+    """The operator names of the executed plan ("Project", "Filter", "BroadcastHashJoin")."""
+    import re
+
+    return [m.group(1) for line in executed_plan(df).splitlines()
+            if (m := re.match(r"[\s:+|-]*(?:\*\(\d+\) )?(\w+)", line))]
+
+
+def test_spark_hash_is_the_one_the_perfect_hash_replicates(spark: Any) -> None:
+    from spark_ext import perfect_hash as ph
+
+    seed = 4242
+    print(f"seed={seed}")
+    rng = random.Random(seed)
+    alphabet = "abcxyz0189-_.%é€ \u00ff"
+    strings = ["", "a", "abcd", "abcde"] + ["".join(rng.choice(alphabet) for _ in
+                                                  range(rng.randint(0, 70)))
+                                          for _ in range(300)]
+    df = spark.createDataFrame([(t, i) for i, t in enumerate(strings)], "s string, d int")
+    for r in df.selectExpr("s", "d", "hash(s) AS h", "hash(hash(s), d) AS h2").collect():
+        h = ph.spark_hash_bytes(r.s.encode())
+        assert (h, ph.spark_hash_int_pair(h, r.d)) == (r.h, r.h2), repr(r.s)
+
+
+def _many_batches(url: str) -> list[Row]:
+    """Three partitions, one batch per partition per transaction, a quarter aborted."""
+    log = txlog.connect(url)
+    log.create_topic("m", partitions=3)
+    p = log.producer(transactional_id="m-tx")
+    p.init_transactions()
+    for i in range(12):
+        p.begin_transaction()
+        for part in range(3):
+            p.send("m", f"v{i}-{part}".encode(), key=b"k", partition=part)
+            p.send("m", f"w{i}-{part}".encode(), partition=part, timestamp_ms=1000 + i)
+        p.flush()
+        p.abort_transaction() if i % 4 == 1 else p.commit_transaction()
+    return consume(url, ["m"])
+
+
+def test_native_read_finds_slices_by_file_name_without_a_join(
+        spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    url = str(tmp_path / "lake")
+    expected = _many_batches(url)
+    assert len(expected) == 9 * 3 * 2
+    for explicit_files in (32, 2):  # files named one by one; directories listed
+        monkeypatch.setattr(native, "MAX_EXPLICIT_FILES", explicit_files)
+        df = spark_ext.read(spark, url, topic="m")
+        nodes = plan_nodes(df)
+        assert "Filter" not in nodes and not any("Join" in n for n in nodes), nodes
+        assert "hash(" in executed_plan(df)
+        assert spark_rows(df) == expected
+        # Only the columns the lookup feeds need it: Spark prunes it with them.
+        kv = df.select("key", "value")
+        assert "hash(" not in executed_plan(kv)
+        assert sorted(bytes(r.value) for r in kv.collect()) == sorted(r[4] for r in expected)
+        # A read starting inside a batch trims it: those rows are filtered by row index.
+        trimmed = spark_ext.read(spark, url, topic="m",
+                                 startingOffsets='{"m": {"0": 1, "1": 0, "2": 0}}')
+        assert "Filter" in plan_nodes(trimmed)
+        assert spark_rows(trimmed) == [r for r in expected if (r[1], r[2]) != (0, 0)]
+
+
+def test_native_read_of_compacted_segments(spark: Any, tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    from txlog.maintenance import compact_partition
+
+    url = str(tmp_path / "lake")
+    expected = _many_batches(url)
+    log = txlog.connect(url)
+    for tp in log.partitions_for("m"):
+        assert compact_partition(log, tp).segments_written == 1
+    assert consume(url, ["m"]) == expected
+    for explicit_files in (32, 1):
+        monkeypatch.setattr(native, "MAX_EXPLICIT_FILES", explicit_files)
+        # A segment holds several runs with gaps in their offsets (the markers and aborted
+        # batches are gone): the slice table is joined.
+        df = spark_ext.read(spark, url, topic="m")
+        assert any("Join" in n for n in plan_nodes(df))
+        assert spark_rows(df) == expected == spark_rows(load(spark, url, topic="m"))
+
+
+def test_glob_escape_reads_exactly_the_named_files(spark: Any, tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    names = ["a{b}.parquet", "c,d.parquet", "e*f.parquet", "g[h].parquet", "i?j.parquet",
+             "k\\l.parquet", "plain.parquet"]
+    for i, n in enumerate(names):
+        pq.write_table(pa.table({"i": [i]}), tmp_path / n)
+    pq.write_table(pa.table({"i": [99]}), tmp_path / "other.parquet")
+    pattern = "{" + ",".join(native._glob_escape(n) for n in names) + "}"
+    got = spark.read.option("pathGlobFilter", pattern).parquet(str(tmp_path)).collect()
+    assert sorted(r.i for r in got) == list(range(len(names)))
 
 
 def test_uri_quote_matches_spark_metadata_names() -> None:
