@@ -5,11 +5,15 @@ large scans that costs 1.4-1.8x against ``spark.read.parquet`` (DESIGN.md).  Bat
 are plain Parquet files without offset columns, so the same plan the Python source makes
 (:func:`spark_ext.read_plan.plan_batch`) can be handed to Spark as a list of files:
 
-* ``spark.read.parquet(*files)`` with the topic's stored schema (no inference);
+* ``spark.read.parquet(*files)`` with the topic's stored schema (no inference); above a
+  few dozen files, their directories with a ``pathGlobFilter`` naming the files;
 * the hidden ``_metadata.file_name`` / ``_metadata.row_index`` columns identify each row;
-* a broadcast join with the (small) table of planned slices keeps rows
-  ``skip <= row_index < skip + take`` of each file and derives
-  ``offset = base_offset + row_index`` and the topic/partition/timestamp columns.
+* a perfect hash of the file names (:mod:`spark_ext.perfect_hash`, evaluated with
+  Spark's own ``hash()``) finds each row's slice in literal arrays: ``offset =
+  base_offset + row_index``, the topic/partition/timestamp columns, and (only for
+  slices trimmed by the read's offsets) the row range to keep;
+* files holding several slices (compacted segments) or sharing a name with another
+  planned file fall back to a broadcast join with the slice table.
 
 Column pruning works as for any Parquet scan.  Spark opens the files itself, so it must
 reach the store (local paths always; S3/GCS/Azure need the Hadoop connector and
@@ -231,7 +235,7 @@ def _looked_up(scan: DataFrame, shape: OutputShape, slices: list[FileSlice],
     def lookup(values: list[str]) -> str:
         if len(set(values)) == 1:
             return values[0]
-        return f"element_at({array(values)}, d._t_slot)"
+        return f"get({array(values)}, d._t_slot)"
 
     fill = next(s for s in at if s is not None)
     topic = lookup([_sql_string((s or fill).topic) for s in at])
@@ -247,8 +251,8 @@ def _looked_up(scan: DataFrame, shape: OutputShape, slices: list[FileSlice],
         # per row: only trimmed slices pay it.
         lo = [f"{s.skip}L" if s else "0L" for s in at]
         hi = [f"{s.skip + s.take}L" if s else "0L" for s in at]
-        d = d.where(f"d._t_row >= element_at({array(lo)}, d._t_slot) AND "
-                    f"d._t_row < element_at({array(hi)}, d._t_slot)")
+        d = d.where(f"d._t_row >= get({array(lo)}, d._t_slot) AND "
+                    f"d._t_row < get({array(hi)}, d._t_slot)")
     return d.selectExpr(*_select(shape, topic, part, base, append_ms))
 
 

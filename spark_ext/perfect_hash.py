@@ -1,16 +1,16 @@
 """A perfect hash of strings that Spark SQL can evaluate with its built-in ``hash()``.
 
 The native scan must map every row's ``_metadata.file_name`` to its planned slice (base
-offset, partition, ...).  A join does that at about 120 ns a row, and Spark keeps a left
-join even when none of its columns are used.  Instead the driver builds a minimal-ish
-perfect hash of the planned names ("hash, displace and compress", CHD):
+offset, partition, ...).  A broadcast join does that at about 120 ns a row and stays in
+the plan even when no column it adds is read.  Instead the driver builds a perfect hash
+of the planned names ("hash and displace", as in CHD, without the compression):
 
 * ``h = hash(name)``: Spark's Murmur3 (seed 42), replicated here bit for bit;
 * ``bucket = pmod(h, buckets)``: each bucket has a displacement ``d`` found on the driver;
 * ``slot = pmod(hash(h, d), slots)``: distinct for every planned name.
 
-The per-slot values become SQL array literals and a row's values are ``element_at`` of
-its slot: two hashes and a few array reads per row, and a plain projection, so Spark
+The per-slot values become SQL array literals and a row's values are ``get`` of its
+slot: two hashes and a few array reads per row, and a plain projection, so Spark
 prunes it with the columns it feeds.  Pure logic, no Spark needed.
 """
 
@@ -92,10 +92,11 @@ class PerfectHash:
     slot: tuple[int, ...]
 
     def sql_slot(self, name_hash_sql: str) -> str:
-        """Spark SQL for the (1-based) slot of a row whose ``hash(name)`` is given."""
+        """Spark SQL for the slot of a row whose ``hash(name)`` is given.  ``get`` (0-based,
+        no ANSI bounds error to raise) reads a literal array in half ``element_at``'s time."""
         disp = "array(" + ", ".join(map(str, self.displacements)) + ")"
-        return (f"pmod(hash({name_hash_sql}, element_at({disp}, "
-                f"pmod({name_hash_sql}, {self.buckets}) + 1)), {self.slots}) + 1")
+        return (f"pmod(hash({name_hash_sql}, get({disp}, pmod({name_hash_sql}, "
+                f"{self.buckets}))), {self.slots})")
 
 
 def slot_of(h: int, buckets: int, slots: int, displacements: Sequence[int]) -> int:
