@@ -26,6 +26,7 @@ import re
 import string
 import uuid
 from collections import Counter
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from spark_ext import perfect_hash
@@ -83,17 +84,25 @@ def read(spark: SparkSession, path: str | None = None, options: dict[str, Any] |
     return plan_to_dataframe(spark, log.store, plan)
 
 
-#: Up to this many files are given to Spark one by one; above it, their directories are
-#: listed instead and the files picked with a ``_metadata.file_name`` filter, which Spark
-#: applies as a file-pruning filter before any file is opened.
+#: Up to this many files are given to Spark one by one (see ``_scan``).
 MAX_EXPLICIT_FILES = 32
+#: Up to this many, their directories are listed with a glob naming them; above it, the
+#: files are picked with a ``_metadata.file_name`` filter.
+MAX_GLOB_FILES = 2_000
 _LISTING_THRESHOLD = "spark.sql.sources.parallelPartitionDiscovery.threshold"
 
 
 def _scan(spark: SparkSession, store: ObjectStore, shape: OutputShape, keys: list[str],
-          ) -> DataFrame:
-    """The Parquet scan of the planned files (and, when two share a name in different
-    directories, of those files' namesakes there too)."""
+          names: dict[str, str]) -> tuple[DataFrame, str | None]:
+    """The Parquet scan of the planned files, and the SQL condition on ``_metadata`` that
+    picks them out of it when it cannot pick them itself.
+
+    Up to ``MAX_EXPLICIT_FILES`` files are named one by one (the driver looks each up:
+    0.3-0.5 s for 800 local files).  Up to ``MAX_GLOB_FILES``, their directories are listed
+    with a ``pathGlobFilter`` naming them, which costs nothing per row.  Above that the
+    glob costs more than it saves (Spark's glob handling grows with pattern length times
+    files listed) and the rows are picked by file name, at the cost of a struct per row.
+    Either way files with the same name in other planned directories are scanned too."""
     hidden = [k for k in keys if k.rsplit("/", 1)[-1].startswith(("_", "."))]
     if hidden:
         from txlog.errors import StorageError
@@ -103,19 +112,45 @@ def _scan(spark: SparkSession, store: ObjectStore, shape: OutputShape, keys: lis
             "with '_' or '.'); read with format('txlog') instead of spark_ext.read")
     reader = spark.read.schema(stored_spark_schema(shape))
     if len(keys) <= MAX_EXPLICIT_FILES:
-        return _parquet(spark, reader, [store.full_path(k) for k in keys])
-    # Naming hundreds of files costs the driver a lookup each (0.3-0.5 s for 800 local
-    # files); listing their directories with a file-name glob costs one listing each and
-    # nothing per row (a filter on _metadata.file_name would cost a struct per row).
-    names = sorted({k.rsplit("/", 1)[-1] for k in keys})
-    reader = reader.option("pathGlobFilter", "{" + ",".join(map(_glob_escape, names)) + "}")
-    return _parquet(spark, reader,
-                    [store.full_path(d) for d in sorted({k.rsplit("/", 1)[0] for k in keys})])
+        return _parquet(spark, reader, [store.full_path(k) for k in keys]), None
+    dirs = [store.full_path(d) for d in sorted({k.rsplit("/", 1)[0] for k in keys})]
+    if len(keys) <= MAX_GLOB_FILES:
+        glob = glob_of(k.rsplit("/", 1)[-1] for k in keys)
+        return _parquet(spark, reader.option("pathGlobFilter", glob), dirs), None
+    # Spark also prunes files with this condition before opening any.
+    picked = ", ".join(_sql_string(n) for n in sorted(set(names.values())))
+    return _parquet(spark, reader, dirs), f"_metadata.file_name IN ({picked})"
 
 
 def _glob_escape(name: str) -> str:
     """``name`` as a literal inside a Hadoop glob alternation."""
     return re.sub(r"([\\*?\[\]{},])", r"\\\1", name)
+
+
+def glob_of(names: Iterable[str]) -> str:
+    """A Hadoop glob matching exactly ``names``, as a trie of nested alternations: Java's
+    regex tries the branches of an alternation one by one, so a flat ``{a,b,...}`` of
+    100,000 names would cost each listed file 100,000 comparisons."""
+    return _trie(sorted(set(names)))
+
+
+def _trie(names: list[str]) -> str:
+    if len(names) == 1:
+        return _glob_escape(names[0])
+    first, last = names[0], names[-1]  # sorted: their common prefix is everyone's
+    n = 0
+    while n < min(len(first), len(last)) and first[n] == last[n]:
+        n += 1
+    prefix = first[:n]
+    groups: dict[str, list[str]] = {}
+    for name in names:
+        rest = name[n:]
+        groups.setdefault(rest[:1], []).append(rest)
+    branches = []
+    for head, members in groups.items():
+        # Only one name can equal the prefix: its branch is the empty alternative.
+        branches.append("" if not head else _trie(members))
+    return _glob_escape(prefix) + "{" + ",".join(branches) + "}"
 
 
 def _parquet(spark: SparkSession, reader: Any, paths: list[str]) -> DataFrame:
@@ -156,16 +191,18 @@ def plan_to_dataframe(spark: SparkSession, store: ObjectStore, plan: BatchPlan) 
 
     keys = sorted({s.key for s in plan.slices})
     names = {k: uri_quote(k.rsplit("/", 1)[-1]) for k in keys}
-    scan = _scan(spark, store, shape, keys)
-    looked_up = _looked_up(scan, shape, plan.slices, names)
+    scan, pick = _scan(spark, store, shape, keys, names)
+    looked_up = _looked_up(scan if pick is None else scan.where(pick), shape, plan.slices,
+                           names)
     if looked_up is not None:
         return looked_up
     view = f"txlog_native_{uuid.uuid4().hex}"
     # A view hides the hidden _metadata column: expose it as an ordinary one first.
     scan.selectExpr("*", "_metadata").createOrReplaceTempView(view)
     try:
+        source = view if pick is None else f"{view} WHERE {pick}"
         # The analysed plan holds the view's plan: dropping the view keeps the DataFrame.
-        return spark.sql(_join_sql(shape, plan.slices, names, view))
+        return spark.sql(_join_sql(shape, plan.slices, names, source))
     finally:
         spark.catalog.dropTempView(view)
 

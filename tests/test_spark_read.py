@@ -253,9 +253,13 @@ def test_batch_read_matches_consumer(spark: Any, tmp_path: Path, seed: int,
     assert spark_rc == expected_rc, f"seed={seed}"
     assert native_rc == expected_rc, f"seed={seed}"
 
-    # The native path lists directories (with a file-name filter) above a few files.
+    # The native path lists directories (with a glob, or a file-name filter) above a few
+    # files.
     monkeypatch.setattr(native, "MAX_EXPLICIT_FILES", 2)
     assert spark_rows(spark_ext.read(spark, b.url, subscribe="events,other")) == expected_rc
+    monkeypatch.setattr(native, "MAX_GLOB_FILES", 2)
+    assert spark_rows(spark_ext.read(spark, b.url, subscribe="events,other")) == expected_rc
+    monkeypatch.setattr(native, "MAX_GLOB_FILES", 2000)
     spark_ru = spark_rows(load(spark, b.url, subscribePattern="ev.*|oth.*",
                                isolation_level="read_uncommitted"))
     native_ru = spark_rows(spark_ext.read(spark, b.url, subscribe="events,other",
@@ -326,11 +330,14 @@ def test_typed_topic(spark: Any, tmp_path: Path) -> None:
     assert len(expected) == 10
 
 
-@pytest.mark.parametrize("explicit_files", [32, 1])
-def test_offset_ranges_and_timestamps(spark: Any, tmp_path: Path, explicit_files: int,
+@pytest.mark.parametrize("files", ["named", "globbed", "filtered"])
+def test_offset_ranges_and_timestamps(spark: Any, tmp_path: Path, files: str,
                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    # With 1, the native path lists directories; trimmed slices then filter rows by index.
-    monkeypatch.setattr(native, "MAX_EXPLICIT_FILES", explicit_files)
+    # How the native path picks the files; trimmed slices filter rows by index in all.
+    if files != "named":
+        monkeypatch.setattr(native, "MAX_EXPLICIT_FILES", 1)
+    if files == "filtered":
+        monkeypatch.setattr(native, "MAX_GLOB_FILES", 1)
     url = str(tmp_path / "lake")
     log = txlog.connect(url)
     log.create_topic("r", partitions=2)
@@ -606,11 +613,14 @@ def test_native_read_finds_slices_by_file_name_without_a_join(
     url = str(tmp_path / "lake")
     expected = _many_batches(url)
     assert len(expected) == 9 * 3 * 2
-    for explicit_files in (32, 2):  # files named one by one; directories listed
-        monkeypatch.setattr(native, "MAX_EXPLICIT_FILES", explicit_files)
+    # Files named one by one; directories listed with a glob; with a file-name filter.
+    for explicit, glob in ((32, 2000), (2, 2000), (2, 2)):
+        monkeypatch.setattr(native, "MAX_EXPLICIT_FILES", explicit)
+        monkeypatch.setattr(native, "MAX_GLOB_FILES", glob)
         df = spark_ext.read(spark, url, topic="m")
         nodes = plan_nodes(df)
-        assert "Filter" not in nodes and not any("Join" in n for n in nodes), nodes
+        assert not any("Join" in n for n in nodes), nodes
+        assert ("Filter" in nodes) == (glob == 2), nodes  # no per-row filter but the pick
         assert "hash(" in executed_plan(df)
         assert spark_rows(df) == expected
         # Only the columns the lookup feeds need it: Spark prunes it with them.
@@ -634,8 +644,9 @@ def test_native_read_of_compacted_segments(spark: Any, tmp_path: Path,
     for tp in log.partitions_for("m"):
         assert compact_partition(log, tp).segments_written == 1
     assert consume(url, ["m"]) == expected
-    for explicit_files in (32, 1):
-        monkeypatch.setattr(native, "MAX_EXPLICIT_FILES", explicit_files)
+    for explicit, glob in ((32, 2000), (1, 2000), (1, 1)):
+        monkeypatch.setattr(native, "MAX_EXPLICIT_FILES", explicit)
+        monkeypatch.setattr(native, "MAX_GLOB_FILES", glob)
         # A segment holds several runs with gaps in their offsets (the markers and aborted
         # batches are gone): the slice table is joined.
         df = spark_ext.read(spark, url, topic="m")
@@ -643,17 +654,19 @@ def test_native_read_of_compacted_segments(spark: Any, tmp_path: Path,
         assert spark_rows(df) == expected == spark_rows(load(spark, url, topic="m"))
 
 
-def test_glob_escape_reads_exactly_the_named_files(spark: Any, tmp_path: Path) -> None:
+def test_file_glob_reads_exactly_the_named_files(spark: Any, tmp_path: Path) -> None:
     import pyarrow.parquet as pq
 
     names = ["a{b}.parquet", "c,d.parquet", "e*f.parquet", "g[h].parquet", "i?j.parquet",
-             "k\\l.parquet", "plain.parquet"]
+             "k\\l.parquet", "plain.parquet", "ab.parquet", "ab.parquet2", "abc.parquet",
+             "abd.parquet", "b.parquet"]
     for i, n in enumerate(names):
         pq.write_table(pa.table({"i": [i]}), tmp_path / n)
-    pq.write_table(pa.table({"i": [99]}), tmp_path / "other.parquet")
-    pattern = "{" + ",".join(native._glob_escape(n) for n in names) + "}"
+    for n in ("other.parquet", "abe.parquet", "ab.parquet3", "a.parquet", "abcd.parquet"):
+        pq.write_table(pa.table({"i": [99]}), tmp_path / n)
+    pattern = native.glob_of(names)
     got = spark.read.option("pathGlobFilter", pattern).parquet(str(tmp_path)).collect()
-    assert sorted(r.i for r in got) == list(range(len(names)))
+    assert sorted(r.i for r in got) == list(range(len(names))), pattern
 
 
 def test_uri_quote_matches_spark_metadata_names() -> None:
