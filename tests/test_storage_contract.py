@@ -798,6 +798,21 @@ def test_local_store_writes_into_a_directory_removed_behind_its_back(tmp_path: A
     assert store.get("topics/t/0/log/000000/0.json") == b"e2"
 
 
+def test_remote_identity_names_the_endpoint() -> None:
+    """Two S3-compatible servers may both have a bucket called 'lake': their stores must
+    not share in-flight commit completions."""
+    from txlog.storage.remote import RemoteStore
+
+    def ident(**opts: Any) -> str:
+        return RemoteStore("s3://lake/root", "s3", opts).identity
+
+    a = ident(endpoint_url="http://127.0.0.1:8333")
+    assert a == ident(client_kwargs={"endpoint_url": "http://127.0.0.1:8333/"})
+    assert a != ident(endpoint_url="http://127.0.0.1:9000")
+    assert a != ident()
+    assert ident() == RemoteStore("s3://lake/root/", "s3", {}).identity
+
+
 def test_one_directory_has_one_identity_however_it_is_spelled(tmp_path: Any,
                                                               monkeypatch: Any) -> None:
     """A reader waits for its own process's in-flight commit completions by store

@@ -179,7 +179,9 @@ class RemoteStore(ObjectStore):
 
     @property
     def identity(self) -> str:
-        return self._url_prefix
+        """The URL plus the endpoint or account when one is set: two S3-compatible servers
+        can each hold a bucket of the same name."""
+        return self._url_prefix + (f" at {self._endpoint}" if self._endpoint else "")
 
     def __init__(self, url: str, backend: str, storage_options: dict[str, Any]) -> None:
         super().__init__(url)
@@ -202,6 +204,10 @@ class RemoteStore(ObjectStore):
         if not bucket:
             raise ConfigError(f"store URL {url!r} names no bucket/container")
         self._url_prefix = f"{parsed.scheme}://{netloc}" + (f"/{path}" if path else "")
+        client_kwargs = options.get("client_kwargs") or {}
+        endpoint = (options.get("endpoint_url") or client_kwargs.get("endpoint_url")
+                    or options.get("account_url") or options.get("account_name") or "")
+        self._endpoint = str(endpoint).rstrip("/").lower()
         self.bucket = bucket
         #: Key prefix inside the bucket ("" or "some/path/").
         self.prefix = f"{path}/" if path else ""
