@@ -258,6 +258,11 @@ def _looked_up(scan: DataFrame, shape: OutputShape, slices: list[FileSlice],
     one = one_slice_per_file(slices)
     if one is None or len(set(names.values())) != len(names):
         return None
+    if any(n != k.rsplit("/", 1)[-1] for k, n in names.items()):
+        # Spark reports such names URI-encoded: a name spelled differently here would
+        # hash to another file's slot (wrong offsets, not a missing row).  txlog's own
+        # object names never need quoting; others take the join.
+        return None
     keys = sorted(one)
     table = perfect_hash.build([names[k] for k in keys])
     if table is None:
