@@ -180,10 +180,10 @@ def _ident(name: str) -> str:
 def plan_to_dataframe(spark: SparkSession, store: ObjectStore, plan: BatchPlan) -> DataFrame:
     """The planned slices as one DataFrame.
 
-    Built as one SQL statement over a temporary view of the scan, with the plan inline as
-    literals: every py4j call is a round trip to the JVM (``F.col``, each Column operator,
-    each list element, ``createDataFrame``), and on a busy driver the few hundred calls of
-    a DataFrame-API build cost more than scanning small topics."""
+    Built from a few SQL strings with the plan inline as literals: every py4j call is a
+    round trip to the JVM (``F.col``, each Column operator, each list element,
+    ``createDataFrame``), and on a busy driver the few hundred calls of a DataFrame-API
+    build cost more than scanning small topics."""
     shape = plan.shape
     out_schema = shape.spark_schema()
     if not plan.slices:
@@ -251,10 +251,7 @@ def one_slice_per_file(slices: list[FileSlice]) -> dict[str, FileSlice] | None:
 def _looked_up(scan: DataFrame, shape: OutputShape, slices: list[FileSlice],
                names: dict[str, str]) -> DataFrame | None:
     """The scan with each row's slice found by a perfect hash of its file name (see
-    :mod:`spark_ext.perfect_hash`), or None when that cannot tell the files apart.
-
-    Built on the scan DataFrame itself (not a view of it): Spark then reads the
-    ``_metadata`` fields as plain per-file constants instead of building a struct a row."""
+    :mod:`spark_ext.perfect_hash`), or None when that cannot tell the files apart."""
     one = one_slice_per_file(slices)
     if one is None or len(set(names.values())) != len(names):
         return None
@@ -289,8 +286,8 @@ def _looked_up(scan: DataFrame, shape: OutputShape, slices: list[FileSlice],
                              "hash(_metadata.file_name) AS _t_h")
     d = hashed.selectExpr("*", f"{table.sql_slot('_t_h')} AS _t_slot").alias("d")
     if not all(s.whole for s in one.values()):
-        # Empty slots read no rows (lo = hi = 0).  A filter on _metadata costs a struct
-        # per row: only trimmed slices pay it.
+        # Only reads that cut a batch pay for this filter.  Empty slots read no rows
+        # (lo = hi = 0).
         lo = [f"{s.skip}L" if s else "0L" for s in at]
         hi = [f"{s.skip + s.take}L" if s else "0L" for s in at]
         d = d.where(f"d._t_row >= get({array(lo)}, d._t_slot) AND "
