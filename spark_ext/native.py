@@ -89,6 +89,10 @@ MAX_EXPLICIT_FILES = 32
 #: Up to this many, their directories are listed with a glob naming them; above it, the
 #: files are picked with a ``_metadata.file_name`` filter.
 MAX_GLOB_FILES = 2_000
+#: Up to this many files, each row's slice is looked up (perfect hash, literal arrays);
+#: above it, the driver's hashing (~25 ms per 1,000 names) and the plan's literals grow
+#: past what a broadcast join costs.
+MAX_LOOKUP_FILES = 20_000
 _LISTING_THRESHOLD = "spark.sql.sources.parallelPartitionDiscovery.threshold"
 
 
@@ -253,7 +257,7 @@ def _looked_up(scan: DataFrame, shape: OutputShape, slices: list[FileSlice],
     """The scan with each row's slice found by a perfect hash of its file name (see
     :mod:`spark_ext.perfect_hash`), or None when that cannot tell the files apart."""
     one = one_slice_per_file(slices)
-    if one is None or len(set(names.values())) != len(names):
+    if one is None or len(one) > MAX_LOOKUP_FILES or len(set(names.values())) != len(names):
         return None
     if any(n != k.rsplit("/", 1)[-1] for k, n in names.items()):
         # Spark reports such names URI-encoded: a name spelled differently here would
