@@ -632,6 +632,11 @@ def test_native_read_finds_slices_by_file_name_without_a_join(
                                  startingOffsets='{"m": {"0": 1, "1": 0, "2": 0}}')
         assert "Filter" in plan_nodes(trimmed)
         assert spark_rows(trimmed) == [r for r in expected if (r[1], r[2]) != (0, 0)]
+    # Above MAX_LOOKUP_FILES the slice table is joined instead; same rows.
+    monkeypatch.setattr(native, "MAX_LOOKUP_FILES", 1)
+    df = spark_ext.read(spark, url, topic="m")
+    assert any("Join" in n for n in plan_nodes(df))
+    assert spark_rows(df) == expected
 
 
 def test_native_read_of_compacted_segments(spark: Any, tmp_path: Path,
