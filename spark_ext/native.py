@@ -272,19 +272,23 @@ def _looked_up(scan: DataFrame, shape: OutputShape, slices: list[FileSlice],
     for k, slot in zip(keys, table.slot, strict=True):
         at[slot] = one[k]
 
-    def array(values: list[str]) -> str:
-        return "array(" + ", ".join(values) + ")"
-
-    def lookup(values: list[str]) -> str:
+    def lookup(values: list[int], element_type: str = "bigint") -> str:
         if len(set(values)) == 1:
-            return values[0]
-        return f"get({array(values)}, d._t_slot)"
+            return f"CAST({values[0]} AS {element_type})"
+        return f"get({perfect_hash.sql_array(values, element_type)}, d._t_slot)"
 
     fill = next(s for s in at if s is not None)
-    topic = lookup([_sql_string((s or fill).topic) for s in at])
-    part = lookup([str(int((s or fill).partition)) for s in at])
-    base = lookup([f"{int((s or fill).base_offset)}L" for s in at])
-    append_ms = lookup([f"{int((s or fill).append_ms)}L" for s in at])
+    filled = [s or fill for s in at]
+    topics = sorted({s.topic for s in filled})
+    index = {t: i for i, t in enumerate(topics)}
+    topic = lookup([index[s.topic] for s in filled], "int")
+    if len(topics) == 1:
+        topic = _sql_string(topics[0])
+    else:
+        topic = f"get(array({', '.join(map(_sql_string, topics))}), {topic})"
+    part = lookup([s.partition for s in filled], "int")
+    base = lookup([s.base_offset for s in filled])
+    append_ms = lookup([s.append_ms for s in filled])
     hashed = scan.selectExpr(*[_ident(c) for c in shape.data_columns],
                              "_metadata.row_index AS _t_row",
                              "hash(_metadata.file_name) AS _t_h")
@@ -292,10 +296,9 @@ def _looked_up(scan: DataFrame, shape: OutputShape, slices: list[FileSlice],
     if not all(s.whole for s in one.values()):
         # Only reads that cut a batch pay for this filter.  Empty slots read no rows
         # (lo = hi = 0).
-        lo = [f"{s.skip}L" if s else "0L" for s in at]
-        hi = [f"{s.skip + s.take}L" if s else "0L" for s in at]
-        d = d.where(f"d._t_row >= get({array(lo)}, d._t_slot) AND "
-                    f"d._t_row < get({array(hi)}, d._t_slot)")
+        lo = perfect_hash.sql_array([s.skip if s else 0 for s in at])
+        hi = perfect_hash.sql_array([s.skip + s.take if s else 0 for s in at])
+        d = d.where(f"d._t_row >= get({lo}, d._t_slot) AND d._t_row < get({hi}, d._t_slot)")
     return d.selectExpr(*_select(shape, topic, part, base, append_ms))
 
 

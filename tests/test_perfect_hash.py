@@ -55,5 +55,5 @@ def test_sql_names_the_slot_expression() -> None:
     table = ph.build(["x.parquet", "y.parquet"])
     assert table is not None
     sql = table.sql_slot("_h")
-    assert sql.startswith("pmod(hash(_h, get(array(") and sql.endswith(f", {table.slots})")
+    assert sql.startswith("pmod(hash(_h, get(cast(split(") and sql.endswith(f", {table.slots})")
     assert f"pmod(_h, {table.buckets})" in sql
