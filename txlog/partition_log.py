@@ -281,8 +281,11 @@ def encode_parquet(table: pa.Table) -> bytes:
 
 
 def decode_parquet(raw: bytes, where: str, columns: Sequence[str] | None = None) -> pa.Table:
+    # ParquetFile, not read_table: read_table builds a dataset per call, which doubled
+    # the time to decode a 6,250-row batch object (1.2-1.4 ms -> 0.55-0.7 ms).
     try:
-        return pq.read_table(pa.BufferReader(raw), columns=list(columns) if columns else None)
+        return pq.ParquetFile(pa.BufferReader(raw)).read(
+            columns=list(columns) if columns else None)
     except Exception as exc:  # pyarrow raises several types for damaged input
         raise CorruptObjectError(
             f"batch object {where} cannot be read as Parquet ({type(exc).__name__}: {exc}); "
