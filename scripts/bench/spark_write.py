@@ -108,7 +108,9 @@ def main() -> None:
         "--records", type=int, default=None,
         help="records (default: tiny 50,000, small 1,000,000, full 5,000,000)"))
     records = args.records or C.pick(args.mode, 50_000, 1_000_000, 5_000_000)
-    rounds = args.rounds or C.pick(args.mode, 1, 3, 5)
+    # Five rounds in --small too: parquet's own CPU per 1M rows moved 1.3-2.3 s between
+    # runs, and a median of three followed it.
+    rounds = args.rounds or C.pick(args.mode, 1, 5, 7)
     work = Path(tempfile.mkdtemp(prefix="txlog-spark-write-"))
     try:
         run(args.mode, records, rounds, work)
