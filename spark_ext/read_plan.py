@@ -14,7 +14,6 @@ import math
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -236,12 +235,7 @@ def load_states(log: Log, tps: Iterable[TopicPartition], isolation: str,
     settled first (rolled forward, timed out, or a zombie's batch aborted) as the Python
     consumer does."""
     tps = list(tps)
-    plogs = [log.partition_log(tp) for tp in tps]
-    if len(plogs) > 1 and log.store.backend not in ("local", "memory"):
-        with ThreadPoolExecutor(max_workers=min(16, len(plogs))) as ex:
-            states = list(ex.map(lambda pl: pl.refresh(), plogs))
-    else:
-        states = [pl.refresh() for pl in plogs]
+    states = log.refresh_partitions(tps)
     out = {}
     for tp, st in zip(tps, states, strict=True):
         if isolation == READ_COMMITTED and st.open_txns:

@@ -446,14 +446,9 @@ def commit_staged(wo: WriteOptions, files: list[StagedFile], txns: Iterable[str]
     for p in _staging_prefixes(lg, {f.topic for f in order}, txns):
         lg.store.put(p + COMMIT_STARTED, marker)
     tps = sorted({TopicPartition(f.topic, f.partition) for f in order})
-    if len(tps) > 1 and lg.store.backend not in ("local", "memory"):
-        # Open the partitions in parallel (checkpoint, then the tail): a fresh commit
-        # worker otherwise pays several round trips per partition, one partition after
-        # the other.  The appends below then find them loaded.
-        from concurrent.futures import ThreadPoolExecutor
-
-        with ThreadPoolExecutor(max_workers=min(16, len(tps))) as ex:
-            list(ex.map(lambda tp: lg.partition_log(tp).refresh(), tps))
+    # Load them all at once (in parallel on remote stores): the appends below then find
+    # them loaded instead of each paying its round trips in turn.
+    lg.refresh_partitions(tps)
     producer.begin_transaction()
     try:
         if len(tps) > 1:  # one state-log write registers them all

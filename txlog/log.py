@@ -23,6 +23,7 @@ from txlog.storage import ObjectStore, open_store
 if TYPE_CHECKING:
     from txlog.consumer import Consumer
     from txlog.coordinator import Coordinator
+    from txlog.partition_state import PartitionState
     from txlog.producer import Producer
 
 
@@ -217,6 +218,18 @@ class Log:
 
     def partitions_for(self, topic: str) -> list[TopicPartition]:
         return [TopicPartition(topic, p) for p in range(self.topic(topic).partitions)]
+
+    def refresh_partitions(self, tps: list[TopicPartition]) -> list[PartitionState]:
+        """The current state of each partition (checkpoint, then the new tail).  On a
+        remote store they load in parallel: one after the other, each costs several
+        sequential round trips."""
+        plogs = [self.partition_log(tp) for tp in tps]
+        if len(plogs) < 2 or self.store.backend in ("local", "memory"):
+            return [pl.refresh() for pl in plogs]
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=min(16, len(plogs))) as ex:
+            return list(ex.map(lambda pl: pl.refresh(), plogs))
 
     def partition_log(self, tp: TopicPartition) -> PartitionLog:
         with self._lock:
