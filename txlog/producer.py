@@ -15,6 +15,15 @@ are written.  Markers and CompleteCommit are written by a background thread whil
 caller goes on; the next write of a transaction, the next end and ``close()`` wait for
 them, because the next transaction needs the epoch that CompleteCommit hands out.
 ``abort_transaction()`` finishes its markers before it returns.
+
+``commit_transaction_async()`` does not wait even for PrepareCommit: the transaction's
+last batches and its PrepareCommit are written by a committer thread while the caller
+begins the next transaction (as Flink's two-phase-commit sinks keep producing while the
+last checkpoint's transaction commits).  Until that thread is idle, every write is queued
+behind it in order, so the next transaction's entries follow the last one's commit and
+carry the epoch it hands out.  If a queued step fails, the later ones are skipped and the
+next operation of the caller raises its error: the open transaction (and the failed one,
+if it was never decided) must be aborted.
 """
 
 from __future__ import annotations
@@ -150,6 +159,18 @@ class Producer:
         self._completing: tuple[int, int, bool, Future[tuple[int, int]]] | None = None
         self._completer: ThreadPoolExecutor | None = None
         self._writer: ThreadPoolExecutor | None = None
+        # Pipelined commits (commit_transaction_async): the committer thread runs queued
+        # steps in order; _pipeline is the last one queued, _last_commit the last commit.
+        # While _pipeline is not done the committer owns _registered, _seq and the
+        # producer id and epoch: the caller's thread only queues.
+        self._committer: ThreadPoolExecutor | None = None
+        self._committer_ident: int | None = None
+        self._pipeline: Future[Any] | None = None
+        self._last_commit: Future[None] | None = None
+        self._pipeline_error: BaseException | None = None
+        self._queued_bytes = 0
+        self._qlock = threading.Lock()  # the committer never takes _lock: the caller may
+        # hold it while waiting for the committer
         self._producer_id = -1
         self._epoch = 0
         self._registered: set[TopicPartition] = set()
@@ -208,9 +229,12 @@ class Producer:
 
     def begin_transaction(self) -> None:
         self._require_txn()
+        if self._pipeline is not None and self._pipeline.done():
+            self._await_pipeline()  # a failed pipelined commit fails the next begin
         self._check_state(State.READY, "begin_transaction()")
-        self._registered.clear()
-        self._seq.clear()
+        if not self._pipelining():  # else the queued commit resets them when it ends
+            self._registered.clear()
+            self._seq.clear()
         self.state = State.IN_TRANSACTION
 
     def send_offsets_to_transaction(self, offsets: Mapping[TopicPartition, int],
@@ -260,17 +284,47 @@ class Producer:
         self.send_offsets_to_transaction(offsets, group)
 
     def commit_transaction(self) -> None:
+        """Commit; returns once the outcome is decided (PrepareCommit is durable)."""
         self._require_txn()
+        self._await_pipeline()
+        self._check_can_end()
+        self.flush()
+        self._end(commit=True)
+
+    def commit_transaction_async(self) -> Future[None]:
+        """Commit without waiting: the transaction's last batches and its PrepareCommit are
+        written by the committer thread, and the caller may begin the next transaction at
+        once.  The returned future resolves when the commit is decided (what
+        :meth:`commit_transaction` waits for) or raises why it failed; then the producer's
+        next operation raises too, and :meth:`abort_transaction` aborts what is open.
+
+        Sends of the next transaction are queued behind this commit (up to
+        ``max(32 MiB, 8 batches)`` of them, then ``send()`` waits).  At most two commits
+        are in flight: this call first waits for the one before the last."""
+        self._require_txn()
+        if self._pipeline is not None and self._pipeline.done():
+            self._await_pipeline()
+        self._check_can_end()
+        if self._last_commit is not None and not self._last_commit.done():
+            wait([self._last_commit])
+        with self._lock:
+            batches = list(self._pending.items())
+            self._pending.clear()
+        self.state = State.READY
+        fut: Future[None] = self._queue(self._commit_queued, batches)
+        self._last_commit = fut
+        return fut
+
+    def _check_can_end(self) -> None:
         if self.state == State.ABORTABLE_ERROR:
             raise InvalidTxnStateError(
                 f"cannot commit: the transaction hit an error ({self._error}); "
                 "call abort_transaction()")
         self._check_state(State.IN_TRANSACTION, "commit_transaction()")
-        self.flush()
-        self._end(commit=True)
 
     def abort_transaction(self) -> None:
         self._require_txn()
+        self._await_pipeline(quiet=True)  # its failure leaves an abortable state
         if self.state not in (State.IN_TRANSACTION, State.ABORTABLE_ERROR):
             raise InvalidTxnStateError(f"abort_transaction() in state {self.state.value}")
         with self._lock:
@@ -283,26 +337,8 @@ class Producer:
     def _end(self, commit: bool) -> None:
         assert self.transactional_id is not None
         self.state = State.COMMITTING if commit else State.ABORTING
-        t0 = time.perf_counter()
-        coord = self.log.coordinator
         try:
-            self._settle()
-            step = coord.prepare_end(self.transactional_id, self.producer_id, self.epoch,
-                                     commit)
-            if isinstance(step, tuple):
-                self.producer_id, self.epoch = step
-            elif not commit:
-                # An abort is the error path: finish it before returning, so nothing of
-                # the failed transaction is left to settle.
-                self.producer_id, self.epoch = coord.complete(step)
-            else:
-                if self._completer is None:
-                    self._completer = ThreadPoolExecutor(
-                        1, thread_name_prefix=f"txlog-complete-{self.transactional_id}")
-                fut = self._completer.submit(completions.run, coord.complete, step)
-                completions.track(self.log.store.identity, step.producer_id, step.epoch, fut)
-                self._completing = (self.producer_id, self.epoch, commit, fut)
-            record_end_txn(self.log, commit, (time.perf_counter() - t0) * 1000)
+            self._decide(commit)
         except ProducerFencedError as exc:
             self._fatal(exc)
             raise
@@ -317,10 +353,101 @@ class Producer:
         self._seq.clear()
         self.state = State.READY
 
+    def _decide(self, commit: bool) -> None:
+        """Write Prepare* (an abort also its markers and Complete*; a commit hands them to
+        the completer thread)."""
+        assert self.transactional_id is not None
+        t0 = time.perf_counter()
+        coord = self.log.coordinator
+        self._settle()
+        step = coord.prepare_end(self.transactional_id, self.producer_id, self.epoch, commit)
+        if isinstance(step, tuple):
+            self.producer_id, self.epoch = step
+        elif not commit:
+            # An abort is the error path: finish it before returning, so nothing of the
+            # failed transaction is left to settle.
+            self.producer_id, self.epoch = coord.complete(step)
+        else:
+            if self._completer is None:
+                self._completer = ThreadPoolExecutor(
+                    1, thread_name_prefix=f"txlog-complete-{self.transactional_id}")
+            fut = self._completer.submit(completions.run, coord.complete, step)
+            completions.track(self.log.store.identity, step.producer_id, step.epoch, fut)
+            self._completing = (self.producer_id, self.epoch, commit, fut)
+        record_end_txn(self.log, commit, (time.perf_counter() - t0) * 1000)
+
+    # -- the committer thread (pipelined commits) ------------------------------------------
+
+    def _pipelining(self) -> bool:
+        """True while queued steps are outstanding (the caller must queue its writes)."""
+        return self._pipeline is not None and not self._pipeline.done()
+
+    def _in_committer(self) -> bool:
+        return threading.get_ident() == self._committer_ident
+
+    def _queue(self, fn: Any, batches: list[tuple[TopicPartition, _PendingBatch]]) -> Any:
+        """Run ``fn(batches)`` on the committer thread after everything queued before."""
+        if self._committer is None:
+            self._committer = ThreadPoolExecutor(
+                1, thread_name_prefix=f"txlog-commit-{self.transactional_id}")
+        nbytes = sum(b.nbytes for _, b in batches)
+        with self._qlock:
+            self._queued_bytes += nbytes
+        fut = self._committer.submit(self._run_queued, fn, batches, nbytes)
+        self._pipeline = fut
+        return fut
+
+    def _run_queued(self, fn: Any, batches: list[tuple[TopicPartition, _PendingBatch]],
+                    nbytes: int) -> Any:
+        self._committer_ident = threading.get_ident()
+        try:
+            if self._pipeline_error is not None:
+                # Skipped: an earlier step failed, so the open transaction cannot commit.
+                exc = InvalidTxnStateError(
+                    f"not written: an earlier pipelined step failed ({self._pipeline_error})")
+                self._fail_batches([b for _, b in batches], exc)
+                raise exc
+            try:
+                return fn(batches)
+            except BaseException as exc:
+                self._pipeline_error = exc
+                raise
+        finally:
+            with self._qlock:
+                self._queued_bytes -= nbytes
+
+    def _commit_queued(self, batches: list[tuple[TopicPartition, _PendingBatch]]) -> None:
+        self._write_batches(batches)
+        self._decide(commit=True)
+        self._registered.clear()
+        self._seq.clear()
+
+    def _await_pipeline(self, *, quiet: bool = False) -> None:
+        """Wait until the committer is idle.  If a step failed, the open transaction cannot
+        commit: the state becomes ABORTABLE_ERROR (or FATAL_ERROR, as the same error would
+        make it in the caller's thread) and, unless ``quiet``, the error is raised."""
+        fut = self._pipeline
+        if fut is None or self._in_committer():
+            return
+        wait([fut])
+        exc = self._pipeline_error
+        self._pipeline = None
+        self._pipeline_error = None
+        if exc is None:
+            return
+        self._error = exc
+        if isinstance(exc, TxlogError) and exc.abortable:
+            self.state = State.ABORTABLE_ERROR
+        else:  # fenced, or the outcome of a write is unknown
+            self.state = State.FATAL_ERROR
+        if not quiet:
+            raise exc
+
     def _settle(self) -> None:
         """Wait for the last transaction's markers and Complete*, and take the (id, epoch)
         they hand out.  If the background attempt failed (a store error), finish it here:
         the outcome was decided, so this only retries writing it down."""
+        self._await_pipeline()
         if self._completing is None:
             return
         pid, epoch, commit, fut = self._completing
@@ -411,15 +538,31 @@ class Producer:
             self._flush_partitions([tp])
 
     def flush(self) -> None:
-        """Write every queued batch."""
+        """Write every queued batch (and wait for the committer's queue)."""
         with self._lock:
             self._flush_partitions(list(self._pending))
+        self._await_pipeline()
 
     def _flush_partitions(self, tps: list[TopicPartition]) -> None:
+        if self._pipeline is not None and self._pipeline.done():
+            self._await_pipeline()  # raises a failure before anything is taken
         tps = [tp for tp in tps if tp in self._pending]
         if not tps:
             return
         batches = [(tp, self._pending.pop(tp)) for tp in tps]
+        if self._pipeline is not None:  # outstanding above: queue behind it, in order
+            self._queue(self._write_batches, batches)
+            # Back-pressure: queued batches hold memory, as Kafka's buffer.memory bounds.
+            if self._queued_bytes > max(32 << 20, 8 * self.batch_size):
+                self._await_pipeline()
+            return
+        self._write_batches(batches)
+
+    def _write_batches(self, batches: list[tuple[TopicPartition, _PendingBatch]]) -> None:
+        """Write the batch objects, then their log entries."""
+        if not batches:
+            return
+        tps = [tp for tp, _ in batches]
         try:
             tables = [self._conformed(tp, b) for tp, b in batches]
         except BaseException as exc:
@@ -499,6 +642,7 @@ class Producer:
         return kafka_table(rows)
 
     def _register(self, tps: list[TopicPartition]) -> None:
+        self._await_pipeline()  # no-op on the committer thread
         if self.transactional_id is None:
             return
         new = [tp for tp in tps if tp not in self._registered]
@@ -510,6 +654,7 @@ class Producer:
 
     def _append_now(self, tp: TopicPartition, table: pa.Table) -> int:
         """Write the batch object, then claim the partition's next slot for it."""
+        self._await_pipeline()  # no-op on the committer thread
         self._register([tp])
         key, nbytes = self.log.partition_log(tp).write_data(table)
         ts_min, ts_max = _ts_range(table)
@@ -519,6 +664,7 @@ class Producer:
                        ts_min: int, ts_max: int) -> int:
         """Register ``tp`` with the transaction (before the first write to it), then claim
         the partition's next slot for the batch object ``key``."""
+        self._await_pipeline()  # no-op on the committer thread
         self._register([tp])
         plog = self.log.partition_log(tp)
         if self._reset_pid:
@@ -565,6 +711,8 @@ class Producer:
     # -- state checks ------------------------------------------------------------------------
 
     def _guard(self, fn: Any) -> Any:
+        if self._in_committer():
+            return fn()  # the caller's thread takes the state from _await_pipeline
         try:
             return fn()
         except ProducerFencedError as exc:
@@ -638,7 +786,7 @@ class Producer:
                 self._close_settle()
         finally:
             self._pending.clear()
-            for ex in (self._completer, self._writer):
+            for ex in (self._committer, self._completer, self._writer):
                 if ex is not None:
                     ex.shutdown(wait=True)
             self.state = State.CLOSED
