@@ -93,6 +93,9 @@ class Worker:
         self.stats_path = spec.get("stats")
         self._ops = 0
         self._fenced = False
+        # A pipelined commit still in flight: (op id, its future, the sends' futures).
+        # It is settled while the next transaction runs, after that one's sends.
+        self._inflight: tuple[str, Any, list[tuple[str, str, Any]]] | None = None
         self._txn_no = 0
         self._txn_lock = threading.Lock()
 
@@ -179,6 +182,26 @@ class Worker:
             else:
                 prod = self.producer_txn(prod, self.next_txn_no())
             self.done_op()
+        self.settle_inflight()
+
+    def settle_inflight(self) -> None:
+        """Record the outcome of the pipelined commit in flight, if any."""
+        if self._inflight is None:
+            return
+        oid, cfut, futures = self._inflight
+        self._inflight = None
+        try:
+            cfut.result()
+        except Exception as exc:
+            definite = isinstance(exc, DEFINITE_ABORT)
+            self._fenced |= isinstance(exc, ProducerFencedError)
+            self.fail(oid, "txn", exc, {"pipelined": True}, "fail" if definite else "info")
+            return
+        acks = []
+        for topic, value, fut in futures:
+            md = fut.get()
+            acks.append([topic, md.partition, md.offset, value])
+        self.rec.complete(oid, "txn", "ok", {"acks": acks, "pipelined": True})
 
     def race(self, prod: Any) -> Any:
         """A newer instance of the transactional.id initialises while this one commits;
@@ -219,10 +242,16 @@ class Worker:
             in_topic = self.spec.get("in_topic", "in")
             offsets = (group, TopicPartition(in_topic, 0), k)
             sends.append(["__consumer_offsets", None, f"ofs|{group}|{in_topic}|0|{k}"])
+        # Commit without waiting (commit_transaction_async) in a share of the plain
+        # commits; never in a race, whose two instances run on two threads.
+        pipelined = mode is None and on_commit is None and \
+            self.rng.random() < float(self.spec.get("pipeline_rate", 0.3))
         if mode is None:
             mode = self.rng.choices(["commit", "abort", "hang", "zombie"], [82, 10, 3, 5])[0]
+        # Reading the id and epoch would wait for a commit in flight.
+        ids = {} if self._inflight else {"pid": prod.producer_id, "epoch": prod.epoch}
         oid = self.rec.invoke("txn", {"txn_id": self.txn_id, "sends": sends, "mode": mode,
-                                      "pid": prod.producer_id, "epoch": prod.epoch})
+                                      **ids})
         futures: list[tuple[str, str, Any]] = []
         nxt = prod
         try:
@@ -234,6 +263,7 @@ class Worker:
                                                         partition=partition)))
                 if self.rng.random() < 0.3:
                     prod.flush()
+            self.settle_inflight()  # the last transaction's commit overlapped the sends
             if offsets is not None:
                 prod.send_offsets_to_transaction({offsets[1]: offsets[2]}, offsets[0])
             if mode == "zombie":
@@ -259,8 +289,12 @@ class Worker:
                 return nxt
             if on_commit is not None:
                 on_commit()
+            if pipelined and mode == "commit":
+                self._inflight = (oid, prod.commit_transaction_async(), futures)
+                return nxt
             prod.commit_transaction()
         except Exception as exc:
+            self.settle_inflight()
             definite = isinstance(exc, DEFINITE_ABORT)
             self._fenced |= isinstance(exc, ProducerFencedError)
             if not definite and self.rng.random() < float(self.spec.get("commit_after_error",
