@@ -534,7 +534,10 @@ class Producer:
         return self._rr.next(n)
 
     def _maybe_flush(self, tp: TopicPartition, batch: _PendingBatch) -> None:
-        if batch.nbytes >= self.batch_size or now_ms() - batch.first_ms >= self.linger_ms:
+        # Behind a commit in flight, linger does not flush: the committer would fall
+        # behind on many small batches; full batches still go.
+        if batch.nbytes >= self.batch_size or (
+                now_ms() - batch.first_ms >= self.linger_ms and not self._pipelining()):
             self._flush_partitions([tp])
 
     def flush(self) -> None:
