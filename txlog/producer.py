@@ -124,6 +124,11 @@ class SendFuture:
         return self._meta
 
 
+#: Batch objects written at once behind a commit in flight (Kafka's producer keeps up to
+#: five requests in flight per connection).
+MAX_UPLOADS = 2
+Uploaded = Future[tuple[list[pa.Table], list[tuple[str, int]]]]
+
 _PRODUCER_KEYS = {"batch.size", "linger.ms", "enable.idempotence", "transaction.timeout.ms",
                   "retries"}
 
@@ -386,19 +391,21 @@ class Producer:
         return threading.get_ident() == self._committer_ident
 
     def _queue(self, fn: Any, batches: list[tuple[TopicPartition, _PendingBatch]]) -> Any:
-        """Run ``fn(batches)`` on the committer thread after everything queued before."""
+        """Run ``fn(batches, uploaded)`` on the committer thread after everything queued
+        before; the batches' objects are written meanwhile."""
         if self._committer is None:
             self._committer = ThreadPoolExecutor(
                 1, thread_name_prefix=f"txlog-commit-{self.transactional_id}")
         nbytes = sum(b.nbytes for _, b in batches)
         with self._qlock:
             self._queued_bytes += nbytes
-        fut = self._committer.submit(self._run_queued, fn, batches, nbytes)
+        uploaded = self._upload(batches)
+        fut = self._committer.submit(self._run_queued, fn, batches, nbytes, uploaded)
         self._pipeline = fut
         return fut
 
     def _run_queued(self, fn: Any, batches: list[tuple[TopicPartition, _PendingBatch]],
-                    nbytes: int) -> Any:
+                    nbytes: int, uploaded: Uploaded | None) -> Any:
         self._committer_ident = threading.get_ident()
         try:
             if self._pipeline_error is not None:
@@ -406,9 +413,14 @@ class Producer:
                 exc = InvalidTxnStateError(
                     f"not written: an earlier pipelined step failed ({self._pipeline_error})")
                 self._fail_batches([b for _, b in batches], exc)
+                if uploaded is not None:
+                    wait([uploaded])
+                    if uploaded.exception() is None:
+                        self._discard_keys([tp for tp, _ in batches],
+                                           [k for k, _ in uploaded.result()[1]])
                 raise exc
             try:
-                return fn(batches)
+                return fn(batches, uploaded)
             except BaseException as exc:
                 self._pipeline_error = exc
                 raise
@@ -416,8 +428,9 @@ class Producer:
             with self._qlock:
                 self._queued_bytes -= nbytes
 
-    def _commit_queued(self, batches: list[tuple[TopicPartition, _PendingBatch]]) -> None:
-        self._write_batches(batches)
+    def _commit_queued(self, batches: list[tuple[TopicPartition, _PendingBatch]],
+                       uploaded: Uploaded | None) -> None:
+        self._write_batches(batches, uploaded)
         self._decide(commit=True)
         self._registered.clear()
         self._seq.clear()
@@ -561,11 +574,45 @@ class Producer:
             return
         self._write_batches(batches)
 
-    def _write_batches(self, batches: list[tuple[TopicPartition, _PendingBatch]]) -> None:
-        """Write the batch objects, then their log entries."""
+    def _upload(self, batches: list[tuple[TopicPartition, _PendingBatch]]) -> Uploaded | None:
+        """Start writing the batches' objects now, beside the commit in flight and each
+        other: they need no epoch and no registration, only their entries wait."""
+        if not batches:
+            return None
+        return self._writers().submit(self._conform_and_write, batches)
+
+    def _writers(self) -> ThreadPoolExecutor:
+        with self._qlock:  # the caller's thread and the committer's
+            if self._writer is None:
+                self._writer = ThreadPoolExecutor(MAX_UPLOADS, thread_name_prefix="txlog-write")
+            return self._writer
+
+    def _conform_and_write(self, batches: list[tuple[TopicPartition, _PendingBatch]],
+                           ) -> tuple[list[pa.Table], list[tuple[str, int]]]:
+        tables = [self._conformed(tp, b) for tp, b in batches]
+        items = [(tp, t) for (tp, _), t in zip(batches, tables, strict=True)]
+        return tables, self._write_objects(items)
+
+    def _write_batches(self, batches: list[tuple[TopicPartition, _PendingBatch]],
+                       uploaded: Uploaded | None = None) -> None:
+        """Write the batch objects (unless ``uploaded`` is writing them), then their log
+        entries."""
         if not batches:
             return
         tps = [tp for tp, _ in batches]
+        if uploaded is not None:
+            try:
+                tables, objects = self._guard(uploaded.result)
+                try:
+                    self._guard(lambda: self._register(tps))
+                except BaseException:
+                    self._discard_keys(tps, [k for k, _ in objects])
+                    raise
+            except BaseException as exc:
+                self._fail_batches([b for _, b in batches], exc)
+                raise
+            self._append_entries(batches, tables, objects)
+            return
         try:
             tables = [self._conformed(tp, b) for tp, b in batches]
         except BaseException as exc:
@@ -579,14 +626,13 @@ class Producer:
             self._completing is not None or any(tp not in self._registered for tp in tps))
         try:
             if overlap:
-                if self._writer is None:
-                    self._writer = ThreadPoolExecutor(1, thread_name_prefix="txlog-write")
-                fut = self._writer.submit(self._write_objects, items)
+                fut = self._writers().submit(self._write_objects, items)
                 try:
                     self._guard(lambda: self._register(tps))
                 except BaseException:
                     wait([fut])
-                    self._discard_objects(items, fut)
+                    if fut.exception() is None:
+                        self._discard_keys(tps, [k for k, _ in fut.result()])
                     raise
                 objects = self._guard(fut.result)
             else:
@@ -594,6 +640,10 @@ class Producer:
         except BaseException as exc:
             self._fail_batches([b for _, b in batches], exc)
             raise
+        self._append_entries(batches, tables, objects)
+
+    def _append_entries(self, batches: list[tuple[TopicPartition, _PendingBatch]],
+                        tables: list[pa.Table], objects: list[tuple[str, int]]) -> None:
         for i, ((tp, batch), table, (key, nbytes)) in enumerate(
                 zip(batches, tables, objects, strict=True)):
             try:
@@ -618,13 +668,10 @@ class Producer:
         table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
         return conform(table, info.schema, tp.topic, kafka_shaped=info.kafka_shaped)
 
-    def _discard_objects(self, items: list[tuple[TopicPartition, pa.Table]],
-                         fut: Future[list[tuple[str, int]]]) -> None:
-        """Delete batch objects that registering failed to make appendable: no log entry
-        names them (none was attempted), so nothing can ever read them.  Best effort."""
-        if fut.exception() is not None:
-            return
-        for (tp, _), (key, _) in zip(items, fut.result(), strict=True):
+    def _discard_keys(self, tps: list[TopicPartition], keys: list[str]) -> None:
+        """Delete batch objects that were never made appendable: no log entry names them
+        (none was attempted), so nothing can ever read them.  Best effort."""
+        for tp, key in zip(tps, keys, strict=True):
             try:
                 self.log.partition_log(tp).store.delete(key)
             except Exception as exc:  # an unreferenced object costs only space

@@ -49,9 +49,12 @@ def run_target(tg: C.Target, *, txns: int, rounds: int, records: int, size: int,
         log.create_topic("bench", 1)
         producers[name] = log.producer(transactional_id="bench-small")
         producers[name].init_transactions()
-    # Pipelined commits, at the goal side's durability (see below).
-    producers["txlog_pipelined"] = logs.get("txlog_nofsync", logs["txlog"]).producer(
-        transactional_id="bench-small-pipelined")
+    # Pipelined commits, at the goal side's durability (see below), in a root of their
+    # own (the request counts above are the fsynced side's alone).
+    piped = tg.connect(tg.url("smalltxn-pipelined")) if tg.name != "local" else \
+        txlog.connect(tg.url("smalltxn-pipelined"), {"fsync": False})
+    piped.create_topic("bench", 1)
+    producers["txlog_pipelined"] = piped.producer(transactional_id="bench-small")
     producers["txlog_pipelined"].init_transactions()
     delta = C.DeltaAppender(tg, table)
 
