@@ -138,11 +138,14 @@ def run(mode: str, records: int, rounds: int, work: Path) -> None:
             make(pct).write.format("noop").mode("overwrite").save()
 
     times: dict[tuple[int, str], list[float]] = {}
+    cpus: dict[tuple[int, str], list[float]] = {}
     for r in range(rounds):
         for pct in topics:
             for name, make in variants.items():
+                cpu0 = C.tree_cpu_seconds()
                 with C.Timer() as t:
                     make(pct).write.format("noop").mode("overwrite").save()
+                cpus.setdefault((pct, name), []).append(C.tree_cpu_seconds() - cpu0)
                 times.setdefault((pct, name), []).append(t.elapsed)
                 C.progress(f"round {r + 1}/{rounds} {pct}% aborted {name}: {t.elapsed:.2f}s")
     spark.stop()
@@ -158,7 +161,8 @@ def run(mode: str, records: int, rounds: int, work: Path) -> None:
             sec = C.median(times[(pct, name)])
             n = info["records" if "uncommitted" in name else "committed"]
             rate[name] = n / sec
-            res[name] = {"seconds": sec, "rows_per_s": n / sec, "all_seconds": times[(pct, name)]}
+            res[name] = {"seconds": sec, "rows_per_s": n / sec, "all_seconds": times[(pct, name)],
+                         "cpu_seconds": C.median(cpus[(pct, name)])}
         py = C.ratio(rate["txlog_python"], rate["parquet"])
         nat = C.ratio(rate["txlog_native"], rate["parquet"])
         nat4 = C.ratio(rate["txlog_native_stored_columns"], rate["parquet"])
@@ -178,13 +182,22 @@ def run(mode: str, records: int, rounds: int, work: Path) -> None:
         goals.append({"name": f"(info) spark_ext.read of parquet's four columns only, {pct}% "
                               "aborted", "store": "local", "measured": nat4, "target": None,
                       "cmp": "info", "pass": None})
+        # CPU seconds of the whole process tree move much less with the neighbours' load
+        # than wall time does (wall-time ratios here spread by up to 30% between runs).
+        nat_cpu = C.ratio(res["parquet"]["cpu_seconds"], res["txlog_native"]["cpu_seconds"])
+        ratios[f"native_vs_parquet_cpu_{pct}pct"] = nat_cpu
+        goals.append({"name": f"(info) spark_ext.read CPU efficiency vs spark.read.parquet "
+                              f"(CPU s ratio), {pct}% aborted", "store": "local",
+                      "measured": nat_cpu, "target": None, "cmp": "info", "pass": None})
         results[f"{pct}pct"] = res
         for name in variants:
             rows.append([f"{pct}%", name, res[name]["seconds"], rate[name],
-                         C.ratio(rate[name], rate["parquet"])])
+                         C.ratio(rate[name], rate["parquet"]), res[name]["cpu_seconds"],
+                         C.ratio(res["parquet"]["cpu_seconds"], res[name]["cpu_seconds"])])
     C.print_table(f"Spark scan, {records:,} records x 2 topics, {PARTITIONS} partitions, "
                   f"{VALUE_SIZE}-byte values, local[2], median of {rounds}",
-                  ["aborted", "reader", "seconds", "rows/s", "vs parquet"], rows)
+                  ["aborted", "reader", "seconds", "rows/s", "vs parquet", "CPU s",
+                   "CPU vs parquet"], rows)
     rc_ru = [f"{p}%: {C.fmt(ratios[f'rc_vs_ru_speed_{p}pct'])}" for p in topics]
     print("\nread_committed vs read_uncommitted (time ratio RU/RC, >1 = RC faster): "
           + ", ".join(rc_ru))

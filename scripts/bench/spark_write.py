@@ -36,34 +36,6 @@ VALUE_SIZE = 100
 COMMIT_PARTITIONS = (1, 2, 4, 8, 16, 32)
 
 
-def tree_cpu_seconds() -> float:
-    """CPU seconds used so far by this process and every live descendant (the JVM, the
-    Python worker daemons and workers), including the children they have reaped.  Wall
-    time on a shared machine depends on the neighbours; CPU time much less so."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    parent: dict[int, int] = {}
-    cpu: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        f = stat[stat.rindex(")") + 2:].split()
-        parent[int(entry)] = int(f[1])
-        cpu[int(entry)] = int(f[11]) + int(f[12]) + int(f[13]) + int(f[14])
-    me = os.getpid()
-    total = 0
-    for pid in cpu:
-        p = pid
-        while p > 1 and p != me:
-            p = parent.get(p, 1)
-        if p == me:
-            total += cpu[pid]
-    return total / ticks
-
-
 def dir_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
@@ -158,10 +130,10 @@ def run(mode: str, records: int, rounds: int, work: Path) -> None:
     for r in range(rounds):
         for name, fn in variants.items():
             before = dir_bytes(Path(url)) if name == "txlog" else 0
-            cpu0 = tree_cpu_seconds()
+            cpu0 = C.tree_cpu_seconds()
             with C.Timer() as t:
                 out = fn(r)
-            cpus[name].append(tree_cpu_seconds() - cpu0)
+            cpus[name].append(C.tree_cpu_seconds() - cpu0)
             times[name].append(t.elapsed)
             sizes[name] = dir_bytes(out) - before
             C.progress(f"round {r + 1}/{rounds} {name}: {t.elapsed:.2f}s, "
