@@ -210,3 +210,30 @@ def test_fenced_during_a_pipelined_commit(log: txlog.Log, gates: list[Gate],
     new.commit_transaction()
     new.close()
     assert read_all(log, "a") == [b"new"]
+
+
+def test_linger_writes_a_quiet_producers_batch(log: txlog.Log, tmp_path: object) -> None:
+    """A non-transactional producer's batch is written linger.ms after its first record
+    although nothing else is sent and nobody flushes (Kafka's sender thread does the
+    same); a transactional producer's records still wait for flush or commit."""
+    p = log.producer(linger_ms=20)
+    fut = p.send("a", b"quiet", partition=1)
+    md = fut.get(timeout=60)  # waits for the linger thread, no flush()
+    assert (md.partition, md.offset) == (1, 0)
+    other = txlog.connect(str(tmp_path))  # a fresh client sees it
+    assert read_all(other, "a", "read_uncommitted") == [b"quiet"]
+    lingerer = p._lingerer
+    assert lingerer is not None and lingerer.is_alive()
+    p.send("a", b"last", partition=0)
+    p.close()  # writes what is left and stops the thread
+    assert not lingerer.is_alive()
+    assert sorted(read_all(other, "a", "read_uncommitted")) == [b"last", b"quiet"]
+    t = log.producer(transactional_id="no-linger", linger_ms=1)
+    t.init_transactions()
+    t.begin_transaction()
+    pending = t.send("a", b"txn", partition=0)
+    with pytest.raises(InvalidTxnStateError, match="flush"):
+        pending.get(timeout=0.5)
+    t.commit_transaction()
+    assert pending.get().partition == 0
+    t.close()

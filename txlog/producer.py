@@ -7,7 +7,11 @@ partitions are registered before the first write to them, and every transaction 
 bumps the epoch.
 
 Records are batched per partition (``batch.size`` bytes or ``linger.ms`` since the first
-record, checked on each send) and every batch is written on flush, commit or close.
+record, checked on each send) and every batch is written on flush, commit or close.  A
+non-transactional producer also runs a linger thread that writes a batch once
+``linger.ms`` has passed with no further send, as Kafka's sender thread does: a quiet
+producer's records do not wait for ``flush()``.  (A transactional producer's records
+become visible only at commit, which writes them anyway.)
 
 ``commit_transaction()`` returns once PrepareCommit is durable (the outcome is decided
 then: anyone who meets it rolls it forward), as Kafka answers EndTxn before its markers
@@ -88,19 +92,23 @@ class _PendingBatch:
     nbytes: int = 0
     first_ms: int = 0
     futures: list[SendFuture] = field(default_factory=list)
+    # Set once every future of the batch is resolved (producers with a linger thread).
+    written: threading.Event | None = None
 
 
 class SendFuture:
     """Result of :meth:`Producer.send`: the record's offset once its batch is written."""
 
-    __slots__ = ("_base", "_error", "_meta", "index", "tp")
+    __slots__ = ("_base", "_error", "_meta", "_written", "index", "tp")
 
-    def __init__(self, tp: TopicPartition, index: int) -> None:
+    def __init__(self, tp: TopicPartition, index: int,
+                 written: threading.Event | None = None) -> None:
         self.tp = tp
         self.index = index
         self._base = -1
         self._meta: RecordMetadata | None = None
         self._error: BaseException | None = None
+        self._written = written
 
     def _done(self, base_offset: int) -> None:
         # The metadata is built on first get(): most callers never ask, and building one
@@ -114,9 +122,17 @@ class SendFuture:
         return self._base >= 0 or self._error is not None
 
     def get(self, timeout: float | None = None) -> RecordMetadata:
+        """The record's metadata.  A non-transactional producer's batch is written by its
+        linger thread: this waits for it (up to ``timeout`` seconds).  A transactional
+        producer's is written on flush or commit: before that this raises."""
+        if self._base < 0 and self._error is None and self._written is not None:
+            self._written.wait(timeout)
         if self._error is not None:
             raise self._error
         if self._base < 0:
+            if self._written is not None:
+                raise InvalidTxnStateError(
+                    f"record not written within {timeout} s; call flush() to wait for it")
             raise InvalidTxnStateError("record not written yet; call flush() first")
         if self._meta is None:
             self._meta = RecordMetadata(self.tp.topic, self.tp.partition,
@@ -176,6 +192,9 @@ class Producer:
         self._queued_bytes = 0
         self._qlock = threading.Lock()  # the committer never takes _lock: the caller may
         # hold it while waiting for the committer
+        # The linger thread (non-transactional producers): waits on _wake for batches.
+        self._wake: threading.Condition | None = None
+        self._lingerer: threading.Thread | None = None
         self._producer_id = -1
         self._epoch = 0
         self._registered: set[TopicPartition] = set()
@@ -495,8 +514,9 @@ class Producer:
         with self._lock:
             batch = self._pending.get(tp)
             if batch is None:
-                batch = self._pending[tp] = _PendingBatch(first_ms=now_ms())
-            fut = SendFuture(tp, len(batch.rows) + sum(t.num_rows for t in batch.tables))
+                batch = self._pending[tp] = self._new_batch()
+            fut = SendFuture(tp, len(batch.rows) + sum(t.num_rows for t in batch.tables),
+                             batch.written)
             batch.rows.append(row)
             batch.nbytes += size + 16
             batch.futures.append(fut)
@@ -522,11 +542,13 @@ class Producer:
         p = self._choose_partition(topic, info.partitions, partition, kb)
         tp = TopicPartition(topic, p)
         with self._lock:
-            batch = self._pending.setdefault(tp, _PendingBatch(first_ms=now_ms()))
+            batch = self._pending.get(tp)
+            if batch is None:
+                batch = self._pending[tp] = self._new_batch()
             if batch.rows:
                 batch.tables.append(self._rows_table(tp, batch.rows))
                 batch.rows = []
-            fut = SendFuture(tp, sum(t.num_rows for t in batch.tables))
+            fut = SendFuture(tp, sum(t.num_rows for t in batch.tables), batch.written)
             batch.tables.append(table)
             batch.nbytes += table.nbytes
             batch.futures.append(fut)
@@ -545,6 +567,40 @@ class Producer:
         if key:
             return partition_for_key(key, n)
         return self._rr.next(n)
+
+    def _new_batch(self) -> _PendingBatch:
+        """A partition's next batch (the caller holds ``_lock``); wakes the linger thread,
+        started with the first batch of a non-transactional producer."""
+        if self.transactional_id is not None:
+            return _PendingBatch(first_ms=now_ms())
+        if self._wake is None:
+            self._wake = threading.Condition(self._lock)
+            self._lingerer = threading.Thread(target=self._linger, daemon=True,
+                                              name="txlog-linger")
+            self._lingerer.start()
+        self._wake.notify()
+        return _PendingBatch(first_ms=now_ms(), written=threading.Event())
+
+    def _linger(self) -> None:
+        """Write each batch once linger.ms has passed since its first record."""
+        wake = self._wake
+        assert wake is not None
+        with wake:
+            while self.state != State.CLOSED:
+                if not self._pending:
+                    wake.wait()
+                    continue
+                now = now_ms()
+                due = [tp for tp, b in self._pending.items()
+                       if now - b.first_ms >= self.linger_ms]
+                if not due:
+                    first = min(b.first_ms for b in self._pending.values())
+                    wake.wait(max(1, first + self.linger_ms - now) / 1000)
+                    continue
+                try:
+                    self._flush_partitions(due)
+                except Exception as exc:  # the batches' futures carry it to the caller
+                    _log.debug("linger flush failed: %s", exc)
 
     def _maybe_flush(self, tp: TopicPartition, batch: _PendingBatch) -> None:
         # Behind a commit in flight, linger does not flush: the committer would fall
@@ -655,6 +711,8 @@ class Producer:
                 raise
             for f in batch.futures:
                 f._done(base)
+            if batch.written is not None:
+                batch.written.set()
 
     def _conformed(self, tp: TopicPartition, batch: _PendingBatch) -> pa.Table:
         """A pending batch as one table of the topic's schema."""
@@ -687,6 +745,8 @@ class Producer:
         for b in batches:
             for f in b.futures:
                 f._fail(exc)
+            if b.written is not None:
+                b.written.set()
 
     def _rows_table(self, tp: TopicPartition, rows: list[Any]) -> pa.Table:
         return kafka_table(rows)
@@ -835,11 +895,18 @@ class Producer:
             else:
                 self._close_settle()
         finally:
-            self._pending.clear()
+            with self._lock:
+                self._fail_batches(list(self._pending.values()),
+                                   InvalidTxnStateError("the producer was closed first"))
+                self._pending.clear()
+                self.state = State.CLOSED
+                if self._wake is not None:
+                    self._wake.notify_all()  # the linger thread ends
+            if self._lingerer is not None:
+                self._lingerer.join()
             for ex in (self._committer, self._completer, self._writer):
                 if ex is not None:
                     ex.shutdown(wait=True)
-            self.state = State.CLOSED
 
     def _close_settle(self) -> None:
         """Leave no commit in PrepareCommit behind, if the store lets us; if not, any
