@@ -8,21 +8,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from test_transactions import read_all
 
 import txlog
 from txlog import TopicPartition
 from txlog.errors import InvalidTxnStateError, ProducerFencedError, StorageError
-
-
-def read_all(log: txlog.Log, topic: str, iso: str = "read_committed") -> list[bytes]:
-    c = log.consumer(isolation_level=iso, auto_offset_reset="earliest")
-    c.subscribe([topic])
-    out: list[bytes] = []
-    while True:
-        got = c.poll(10_000)
-        if not got:
-            return out
-        out.extend(r.value for r in got)
 
 
 @pytest.fixture
