@@ -227,3 +227,128 @@ def test_linger_writes_a_quiet_producers_batch(log: txlog.Log, tmp_path: object)
     t.commit_transaction()
     assert pending.get().partition == 0
     t.close()
+
+
+def test_flush_on_another_thread_while_sends_queue(log: txlog.Log,
+                                                   gates: list[Gate]) -> None:
+    """Review finding: a flush() on one thread, waiting for the committer, must not lose
+    track of steps another thread's sends queued meanwhile (the commit then went ahead
+    of their entries and 18 of 55 records were missing).  One thread sends single-record
+    batches behind a pipelined commit while another flushes; every record is committed
+    once, at the offset its future reports."""
+    p = log.producer(transactional_id="threads", batch_size=1)  # every send queues a step
+    p.init_transactions()
+    gate = Gate(log)
+    gates.append(gate)
+    p.begin_transaction()
+    p.send("a", b"first", partition=0)
+    first = p.commit_transaction_async()
+    assert gate.entered.wait(60)
+    p.begin_transaction()
+    futs: list[tuple[bytes, Any]] = []
+    errors: list[BaseException] = []
+
+    def sender() -> None:
+        try:
+            for i in range(150):
+                v = b"x%03d" % i
+                futs.append((v, p.send("a", v, partition=0)))
+        except BaseException as exc:  # reported by the assert below
+            errors.append(exc)
+
+    t = threading.Thread(target=sender)
+    t.start()
+    gate.open()
+    while t.is_alive():
+        p.flush()
+    t.join()
+    assert not errors
+    first.result(60)
+    p.commit_transaction()
+    p.close()
+    got = read_all(log, "a")
+    assert got == [b"first"] + [v for v, _ in futs]
+    c = log.consumer(isolation_level="read_committed", auto_offset_reset="earliest")
+    c.assign([TopicPartition("a", 0)])
+    by_offset: dict[int, bytes] = {}
+    while batch := c.poll(10_000):
+        by_offset.update((r.offset, r.value) for r in batch)
+    assert all(by_offset[f.get().offset] == v for v, f in futs)
+
+
+def test_a_flush_waiting_on_another_thread_keeps_later_steps_in_order(
+        log: txlog.Log, gates: list[Gate], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The interleaving behind the review finding, step by step: thread B's flush() waits
+    for the commit; the caller then queues a batch ("one") that is still being written
+    when B's wait ends.  The caller's next batch ("two") must queue behind "one", not be
+    written at once ahead of it."""
+    import txlog.producer as producer_module
+
+    p = log.producer(transactional_id="order", batch_size=1)
+    p.init_transactions()
+    gate = Gate(log)
+    gates.append(gate)
+    b_waiting = threading.Event()
+    release_one = threading.Event()
+    real_wait = producer_module.wait
+    real_write = producer_module.Producer._write_batches
+
+    def spying_wait(fs: Any, *args: Any, **kw: Any) -> Any:
+        if threading.current_thread().name == "flusher":
+            b_waiting.set()
+        return real_wait(fs, *args, **kw)
+
+    def held_write(self: Any, batches: Any, *args: Any) -> Any:
+        if any(r[1] == b"one" for _, b in batches for r in b.rows):
+            assert release_one.wait(60), "test never released batch one"
+        return real_write(self, batches, *args)
+
+    monkeypatch.setattr(producer_module, "wait", spying_wait)
+    monkeypatch.setattr(producer_module.Producer, "_write_batches", held_write)
+    p.begin_transaction()
+    p.send("a", b"first", partition=0)
+    first = p.commit_transaction_async()
+    assert gate.entered.wait(60)
+    p.begin_transaction()
+    b = threading.Thread(target=p.flush, name="flusher")
+    b.start()
+    assert b_waiting.wait(60)
+    one = p.send("a", b"one", partition=0)  # queued behind the commit, then held
+    gate.open()
+    b.join(60)
+    assert not b.is_alive()
+    assert first.result(60) is None
+    two = p.send("a", b"two", partition=0)
+    release_one.set()
+    p.commit_transaction()
+    p.close()
+    assert read_all(log, "a") == [b"first", b"one", b"two"]
+    assert one.get().offset < two.get().offset
+
+
+def test_a_write_the_linger_thread_failed_is_raised_by_the_next_flush(
+        log: txlog.Log, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Review finding: send_batch() returns no future, so a batch the linger thread
+    failed to write must fail the next flush(), as the flush would have."""
+    from txlog.partition_log import PartitionLog
+
+    real_write = PartitionLog.write_data
+    attempted = threading.Event()
+
+    def failing_write(self: Any, table: Any) -> Any:
+        if threading.current_thread().name == "txlog-linger":
+            attempted.set()
+            raise StorageError("injected: batch object write failed")
+        return real_write(self, table)
+
+    monkeypatch.setattr(PartitionLog, "write_data", failing_write)
+    p = log.producer(linger_ms=1)
+    import pyarrow as pa
+
+    p.send_batch("a", pa.table({"value": [b"lost"]}), partition=0)
+    assert attempted.wait(60)
+    with pytest.raises(StorageError, match="injected"):
+        p.flush()
+    p.flush()  # raised once; nothing else is pending
+    p.close()
+    assert read_all(log, "a", "read_uncommitted") == []

@@ -143,6 +143,8 @@ class SendFuture:
 #: Batch objects written at once behind a commit in flight (Kafka's producer keeps up to
 #: five requests in flight per connection).
 MAX_UPLOADS = 2
+#: Steps queued behind a commit in flight before send() waits for them.
+MAX_QUEUED_STEPS = 16
 Uploaded = Future[tuple[list[pa.Table], list[tuple[str, int]]]]
 
 _PRODUCER_KEYS = {"batch.size", "linger.ms", "enable.idempotence", "transaction.timeout.ms",
@@ -190,11 +192,13 @@ class Producer:
         self._last_commit: Future[None] | None = None
         self._pipeline_error: BaseException | None = None
         self._queued_bytes = 0
+        self._queued_steps = 0
         self._qlock = threading.Lock()  # the committer never takes _lock: the caller may
         # hold it while waiting for the committer
         # The linger thread (non-transactional producers): waits on _wake for batches.
         self._wake: threading.Condition | None = None
         self._lingerer: threading.Thread | None = None
+        self._linger_error: BaseException | None = None
         self._producer_id = -1
         self._epoch = 0
         self._registered: set[TopicPartition] = set()
@@ -323,14 +327,18 @@ class Producer:
         next operation raises too, and :meth:`abort_transaction` aborts what is open.
 
         Sends of the next transaction are queued behind this commit (up to
-        ``max(32 MiB, 8 batches)`` of them, then ``send()`` waits).  At most two commits
-        are in flight: this call first waits for the one before the last."""
+        ``max(32 MiB, 8 batches)`` or 16 flushes of them, then ``send()`` waits).  One commit is in
+        flight at a time: this call first waits for the previous one.  Do not call the
+        producer from a callback of the returned future: callbacks run on the committer
+        thread, which must not wait for itself."""
         self._require_txn()
         if self._pipeline is not None and self._pipeline.done():
             self._await_pipeline()
         self._check_can_end()
         if self._last_commit is not None and not self._last_commit.done():
             wait([self._last_commit])
+            if self._pipeline is not None and self._pipeline.done():
+                self._await_pipeline()  # that commit failed: say so now
         with self._lock:
             batches = list(self._pending.items())
             self._pending.clear()
@@ -418,9 +426,11 @@ class Producer:
         nbytes = sum(b.nbytes for _, b in batches)
         with self._qlock:
             self._queued_bytes += nbytes
+            self._queued_steps += 1
         uploaded = self._upload(batches)
-        fut = self._committer.submit(self._run_queued, fn, batches, nbytes, uploaded)
-        self._pipeline = fut
+        with self._qlock:  # callers on several threads: one order of steps and of _pipeline
+            fut = self._committer.submit(self._run_queued, fn, batches, nbytes, uploaded)
+            self._pipeline = fut
         return fut
 
     def _run_queued(self, fn: Any, batches: list[tuple[TopicPartition, _PendingBatch]],
@@ -441,11 +451,13 @@ class Producer:
             try:
                 return fn(batches, uploaded)
             except BaseException as exc:
-                self._pipeline_error = exc
+                with self._qlock:
+                    self._pipeline_error = exc
                 raise
         finally:
             with self._qlock:
                 self._queued_bytes -= nbytes
+                self._queued_steps -= 1
 
     def _commit_queued(self, batches: list[tuple[TopicPartition, _PendingBatch]],
                        uploaded: Uploaded | None) -> None:
@@ -455,16 +467,20 @@ class Producer:
         self._seq.clear()
 
     def _await_pipeline(self, *, quiet: bool = False) -> None:
-        """Wait until the committer is idle.  If a step failed, the open transaction cannot
+        """Wait for the steps queued so far (the committer is then idle, unless another
+        thread queued more meanwhile, as flush() allows).  If a step failed, the open
+        transaction cannot
         commit: the state becomes ABORTABLE_ERROR (or FATAL_ERROR, as the same error would
         make it in the caller's thread) and, unless ``quiet``, the error is raised."""
         fut = self._pipeline
         if fut is None or self._in_committer():
             return
-        wait([fut])
-        exc = self._pipeline_error
-        self._pipeline = None
-        self._pipeline_error = None
+        wait([fut])  # steps run in order: everything queued before it is done too
+        with self._qlock:
+            exc = self._pipeline_error
+            if self._pipeline is fut:  # else another thread queued more meanwhile: keep
+                self._pipeline = None  # tracking it (and keep skipping after a failure)
+                self._pipeline_error = None
         if exc is None:
             return
         self._error = exc
@@ -599,8 +615,11 @@ class Producer:
                     continue
                 try:
                     self._flush_partitions(due)
-                except Exception as exc:  # the batches' futures carry it to the caller
+                except Exception as exc:
+                    # The batches' futures carry it; send_batch() has none, so the next
+                    # flush() (or close()) raises it, as it would have written the batch.
                     _log.debug("linger flush failed: %s", exc)
+                    self._linger_error = exc
 
     def _maybe_flush(self, tp: TopicPartition, batch: _PendingBatch) -> None:
         # Behind a commit in flight, linger does not flush: the committer would fall
@@ -610,10 +629,14 @@ class Producer:
             self._flush_partitions([tp])
 
     def flush(self) -> None:
-        """Write every queued batch (and wait for the committer's queue)."""
+        """Write every queued batch (and wait for the committer's queue).  Raises the
+        error of a write the linger thread failed since the last flush."""
         with self._lock:
             self._flush_partitions(list(self._pending))
+            exc, self._linger_error = self._linger_error, None
         self._await_pipeline()
+        if exc is not None:
+            raise exc
 
     def _flush_partitions(self, tps: list[TopicPartition]) -> None:
         if self._pipeline is not None and self._pipeline.done():
@@ -624,8 +647,10 @@ class Producer:
         batches = [(tp, self._pending.pop(tp)) for tp in tps]
         if self._pipeline is not None:  # outstanding above: queue behind it, in order
             self._queue(self._write_batches, batches)
-            # Back-pressure: queued batches hold memory, as Kafka's buffer.memory bounds.
-            if self._queued_bytes > max(32 << 20, 8 * self.batch_size):
+            # Back-pressure: queued batches hold memory (as Kafka's buffer.memory bounds),
+            # and each queued step costs the committer at least one request.
+            if self._queued_bytes > max(32 << 20, 8 * self.batch_size) or \
+                    self._queued_steps > MAX_QUEUED_STEPS:
                 self._await_pipeline()
             return
         self._write_batches(batches)

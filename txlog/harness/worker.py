@@ -341,11 +341,14 @@ class Worker:
 
         prod = None
         n = 0
+        linger = 0
         while not self.expired():
             if prod is None:
-                oid = self.rec.invoke("init", {"idempotent": True})
+                # Some producers leave their batches to the linger thread (no flush).
+                linger = self.rng.choice([0, 0, 5, 30])
+                oid = self.rec.invoke("init", {"idempotent": True, "linger_ms": linger})
                 try:
-                    prod = self.log.producer()
+                    prod = self.log.producer(linger_ms=linger)
                 except Exception as exc:
                     self.fail(oid, "init", exc)
                     self.pace(0.01, 0.05)
@@ -359,9 +362,14 @@ class Worker:
             oid = self.rec.invoke("txn", {"txn_id": None, "mode": "idempotent",
                                           "sends": [[topic, partition, v] for v in values]})
             try:
-                prod.send_batch(topic, pa.table({"value": [v.encode() for v in values]}),
-                                partition=partition)
-                prod.flush()
+                if linger and self.rng.random() < 0.5:
+                    futs = [prod.send(topic, v.encode(), partition=partition) for v in values]
+                    for f in futs:
+                        f.get(timeout=60)  # written by the linger thread
+                else:
+                    prod.send_batch(topic, pa.table({"value": [v.encode() for v in values]}),
+                                    partition=partition)
+                    prod.flush()
             except Exception as exc:
                 self.fail(oid, "txn", exc, outcome="info")  # it may have landed
             else:
