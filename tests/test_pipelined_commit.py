@@ -207,6 +207,7 @@ def test_linger_writes_a_quiet_producers_batch(log: txlog.Log, tmp_path: object)
     although nothing else is sent and nobody flushes (Kafka's sender thread does the
     same); a transactional producer's records still wait for flush or commit."""
     p = log.producer(linger_ms=20)
+    p._maybe_flush = lambda tp, batch: None  # type: ignore[method-assign]  # only the thread
     fut = p.send("a", b"quiet", partition=1)
     md = fut.get(timeout=60)  # waits for the linger thread, no flush()
     assert (md.partition, md.offset) == (1, 0)
@@ -218,7 +219,9 @@ def test_linger_writes_a_quiet_producers_batch(log: txlog.Log, tmp_path: object)
     p.close()  # writes what is left and stops the thread
     assert not lingerer.is_alive()
     assert sorted(read_all(other, "a", "read_uncommitted")) == [b"last", b"quiet"]
-    t = log.producer(transactional_id="no-linger", linger_ms=1)
+    # An hour's linger: send() itself would write a batch past linger, on a slow machine
+    # too soon for the check below.
+    t = log.producer(transactional_id="no-linger", linger_ms=3_600_000)
     t.init_transactions()
     t.begin_transaction()
     pending = t.send("a", b"txn", partition=0)
@@ -343,6 +346,9 @@ def test_a_write_the_linger_thread_failed_is_raised_by_the_next_flush(
 
     monkeypatch.setattr(PartitionLog, "write_data", failing_write)
     p = log.producer(linger_ms=1)
+    # Only the linger thread writes: send_batch() itself would flush a batch past linger
+    # (CI run: a slow send_batch() wrote it on the caller's thread).
+    monkeypatch.setattr(p, "_maybe_flush", lambda tp, batch: None)
     import pyarrow as pa
 
     p.send_batch("a", pa.table({"value": [b"lost"]}), partition=0)
