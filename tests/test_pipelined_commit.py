@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from concurrent.futures import Future
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ from test_transactions import read_all
 import txlog
 from txlog import TopicPartition
 from txlog.errors import InvalidTxnStateError, ProducerFencedError, StorageError
+from txlog.producer import Producer
 
 
 @pytest.fixture
@@ -52,6 +54,24 @@ def gates() -> Iterator[list[Gate]]:
     yield made
     for g in made:  # never leave a committer thread blocked
         g.open()
+
+
+def held_commit(log: txlog.Log, gates: list[Gate], txn_id: str, values: list[bytes], *,
+                fail: BaseException | None = None, **config: Any,
+                ) -> tuple[Producer, Gate, Future[None]]:
+    """A producer whose first transaction (``values`` to partition 0) was committed with
+    commit_transaction_async() and is held inside prepare_end: (producer, gate, the
+    commit's future)."""
+    p = log.producer(transactional_id=txn_id, **config)
+    p.init_transactions()
+    gate = Gate(log, fail=fail)
+    gates.append(gate)
+    p.begin_transaction()
+    for v in values:
+        p.send("a", v, partition=0)
+    first = p.commit_transaction_async()
+    assert gate.entered.wait(60)
+    return p, gate, first
 
 
 def test_pipelined_commits_are_exactly_once_and_in_order(log: txlog.Log) -> None:
@@ -98,15 +118,8 @@ def test_next_transaction_is_produced_while_the_commit_is_in_flight(
     """While PrepareCommit of transaction 1 cannot be written, the caller begins
     transaction 2 and sends (with flushes) without waiting; transaction 2's entries land
     after transaction 1's, and both commit."""
-    p = log.producer(transactional_id="inflight", batch_size=100)
-    p.init_transactions()
-    gate = Gate(log)
-    gates.append(gate)
-    p.begin_transaction()
-    for i in range(5):
-        p.send("a", f"one-{i}".encode(), partition=0)
-    first = p.commit_transaction_async()
-    assert gate.entered.wait(60)
+    p, gate, first = held_commit(log, gates, "inflight",
+                                 [f"one-{i}".encode() for i in range(5)], batch_size=100)
     assert not first.done()
     finished = threading.Event()
 
@@ -144,14 +157,9 @@ def test_failed_commit_fails_the_next_operation_and_abort_undoes_both(
     """PrepareCommit fails while the next transaction's batches are queued behind it:
     those are skipped (never written), the caller's next operation raises the error, and
     one abort leaves neither transaction visible.  The producer then works again."""
-    p = log.producer(transactional_id="fails", batch_size=100)
-    p.init_transactions()
-    gate = Gate(log, fail=StorageError("injected: PrepareCommit write failed"))
-    gates.append(gate)
-    p.begin_transaction()
-    p.send("a", b"one", partition=0)
-    first = p.commit_transaction_async()
-    assert gate.entered.wait(60)
+    p, gate, first = held_commit(
+        log, gates, "fails", [b"one"],
+        fail=StorageError("injected: PrepareCommit write failed"), batch_size=100)
     p.begin_transaction()
     queued = [p.send("a", f"two-{i}".encode(), partition=0) for i in range(20)]
     gate.open()
@@ -178,14 +186,7 @@ def test_fenced_during_a_pipelined_commit(log: txlog.Log, gates: list[Gate],
                                           tmp_path: object) -> None:
     """A new instance fences this one while its commit waits: the commit fails as
     fenced, nothing of it is visible, and the old instance only closes."""
-    p = log.producer(transactional_id="zombie")
-    p.init_transactions()
-    gate = Gate(log)
-    gates.append(gate)
-    p.begin_transaction()
-    p.send("a", b"old", partition=0)
-    first = p.commit_transaction_async()
-    assert gate.entered.wait(60)
+    p, gate, first = held_commit(log, gates, "zombie", [b"old"])
     gate.coord.prepare_end = gate.real  # type: ignore[method-assign]  # for the new one
     new = txlog.connect(str(tmp_path)).producer(transactional_id="zombie")
     new.init_transactions()  # aborts the old instance's open transaction
@@ -239,14 +240,8 @@ def test_flush_on_another_thread_while_sends_queue(log: txlog.Log,
     of their entries and 18 of 55 records were missing).  One thread sends single-record
     batches behind a pipelined commit while another flushes; every record is committed
     once, at the offset its future reports."""
-    p = log.producer(transactional_id="threads", batch_size=1)  # every send queues a step
-    p.init_transactions()
-    gate = Gate(log)
-    gates.append(gate)
-    p.begin_transaction()
-    p.send("a", b"first", partition=0)
-    first = p.commit_transaction_async()
-    assert gate.entered.wait(60)
+    # batch.size 1: every send queues a step
+    p, gate, first = held_commit(log, gates, "threads", [b"first"], batch_size=1)
     p.begin_transaction()
     futs: list[tuple[bytes, Any]] = []
     errors: list[BaseException] = []
@@ -287,10 +282,6 @@ def test_a_flush_waiting_on_another_thread_keeps_later_steps_in_order(
     written at once ahead of it."""
     import txlog.producer as producer_module
 
-    p = log.producer(transactional_id="order", batch_size=1)
-    p.init_transactions()
-    gate = Gate(log)
-    gates.append(gate)
     b_waiting = threading.Event()
     release_one = threading.Event()
     real_wait = producer_module.wait
@@ -308,10 +299,7 @@ def test_a_flush_waiting_on_another_thread_keeps_later_steps_in_order(
 
     monkeypatch.setattr(producer_module, "wait", spying_wait)
     monkeypatch.setattr(producer_module.Producer, "_write_batches", held_write)
-    p.begin_transaction()
-    p.send("a", b"first", partition=0)
-    first = p.commit_transaction_async()
-    assert gate.entered.wait(60)
+    p, gate, first = held_commit(log, gates, "order", [b"first"], batch_size=1)
     p.begin_transaction()
     b = threading.Thread(target=p.flush, name="flusher")
     b.start()

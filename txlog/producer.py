@@ -257,8 +257,7 @@ class Producer:
 
     def begin_transaction(self) -> None:
         self._require_txn()
-        if self._pipeline is not None and self._pipeline.done():
-            self._await_pipeline()  # a failed pipelined commit fails the next begin
+        self._reap_pipeline()  # a failed pipelined commit fails the next begin
         self._check_state(State.READY, "begin_transaction()")
         if not self._pipelining():  # else the queued commit resets them when it ends
             self._registered.clear()
@@ -332,13 +331,11 @@ class Producer:
         producer from a callback of the returned future: callbacks run on the committer
         thread, which must not wait for itself."""
         self._require_txn()
-        if self._pipeline is not None and self._pipeline.done():
-            self._await_pipeline()
+        self._reap_pipeline()
         self._check_can_end()
         if self._last_commit is not None and not self._last_commit.done():
             wait([self._last_commit])
-            if self._pipeline is not None and self._pipeline.done():
-                self._await_pipeline()  # that commit failed: say so now
+            self._reap_pipeline()  # if that commit failed, say so now
         with self._lock:
             batches = list(self._pending.items())
             self._pending.clear()
@@ -413,6 +410,12 @@ class Producer:
     def _pipelining(self) -> bool:
         """True while queued steps are outstanding (the caller must queue its writes)."""
         return self._pipeline is not None and not self._pipeline.done()
+
+    def _reap_pipeline(self) -> None:
+        """Take the outcome of queued steps that are all done (raising a failure) without
+        waiting for any."""
+        if self._pipeline is not None and self._pipeline.done():
+            self._await_pipeline()
 
     def _in_committer(self) -> bool:
         return threading.get_ident() == self._committer_ident
@@ -639,8 +642,7 @@ class Producer:
             raise exc
 
     def _flush_partitions(self, tps: list[TopicPartition]) -> None:
-        if self._pipeline is not None and self._pipeline.done():
-            self._await_pipeline()  # raises a failure before anything is taken
+        self._reap_pipeline()  # raises a failure before anything is taken
         tps = [tp for tp in tps if tp in self._pending]
         if not tps:
             return
@@ -777,7 +779,9 @@ class Producer:
         return kafka_table(rows)
 
     def _register(self, tps: list[TopicPartition]) -> None:
-        self._await_pipeline()  # no-op on the committer thread
+        # Every write of the caller's thread registers first: here it waits for the
+        # committer (a no-op on the committer thread itself).
+        self._await_pipeline()
         if self.transactional_id is None:
             return
         new = [tp for tp in tps if tp not in self._registered]
@@ -789,7 +793,6 @@ class Producer:
 
     def _append_now(self, tp: TopicPartition, table: pa.Table) -> int:
         """Write the batch object, then claim the partition's next slot for it."""
-        self._await_pipeline()  # no-op on the committer thread
         self._register([tp])
         key, nbytes = self.log.partition_log(tp).write_data(table)
         ts_min, ts_max = _ts_range(table)
@@ -799,7 +802,6 @@ class Producer:
                        ts_min: int, ts_max: int) -> int:
         """Register ``tp`` with the transaction (before the first write to it), then claim
         the partition's next slot for the batch object ``key``."""
-        self._await_pipeline()  # no-op on the committer thread
         self._register([tp])
         plog = self.log.partition_log(tp)
         if self._reset_pid:
