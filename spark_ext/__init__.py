@@ -111,7 +111,8 @@ def local_session(app_name: str, **conf: str) -> SparkSession:
 
 
 def read(spark: SparkSession, path: str | None = None, /,
-         options: dict[str, Any] | None = None, **kwargs: Any) -> DataFrame:
+         options: dict[str, Any] | None = None, *, engine: str = "auto",
+         **kwargs: Any) -> DataFrame:
     """A batch read planned on the driver and scanned by Spark's native Parquet reader.
 
     Takes the same options as ``spark.read.format("txlog")`` (as keywords; dotted names
@@ -120,4 +121,4 @@ def read(spark: SparkSession, path: str | None = None, /,
     """
     from spark_ext.native import read as _read
 
-    return _read(spark, path, options, **kwargs)
+    return _read(spark, path, options, engine=engine, **kwargs)

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from spark_ext import perfect_hash
 from spark_ext.options import PLAN_LOCK, options_from_kwargs, parse_read_options
 from spark_ext.read_plan import BatchPlan, FileSlice, OutputShape, cached_log, plan_batch
+from txlog.errors import ConfigError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -71,9 +72,16 @@ def stored_spark_schema(shape: OutputShape) -> StructType:
     return StructType(fields)
 
 
+ENGINES = ("auto", "jvm", "sql")
+
+
 def read(spark: SparkSession, path: str | None = None, options: dict[str, Any] | None = None,
-         **kwargs: Any) -> DataFrame:
-    """``spark.read.format("txlog")`` semantics and columns, scanned natively."""
+         *, engine: str = "auto", **kwargs: Any) -> DataFrame:
+    """``spark.read.format("txlog")`` semantics and columns, scanned natively: by txlog's
+    JVM source (:mod:`spark_ext.jvm_scan`) when ``engine`` is ``jvm``, or ``auto`` and a
+    JDK can build it; else (``sql``) by Spark's Parquet source and SQL expressions."""
+    if engine not in ENGINES:
+        raise ConfigError(f"engine={engine!r} is not one of {', '.join(ENGINES)}")
     opts = options_from_kwargs(options, **kwargs)
     if path is not None:
         opts["path"] = path
@@ -81,7 +89,28 @@ def read(spark: SparkSession, path: str | None = None, options: dict[str, Any] |
     log = cached_log(ro)
     with PLAN_LOCK:
         plan = plan_batch(ro, log)
+    if engine != "sql" and plan.slices:
+        from spark_ext import jvm_scan
+
+        try:
+            return jvm_scan.plan_to_dataframe(spark, log.store, plan, plan.groups(ro))
+        except jvm_scan.JvmScanUnavailable as exc:
+            if engine == "jvm":
+                raise ConfigError(f"the JVM scan is unavailable: {exc}. Install a JDK 17+ "
+                                  "(javac), or pass engine='sql'") from None
+            _warn_once(f"txlog: JVM scan unavailable ({exc}); using the SQL scan")
     return plan_to_dataframe(spark, log.store, plan)
+
+
+_WARNED: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    import warnings
+
+    if message not in _WARNED:
+        _WARNED.add(message)
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
 
 
 #: Up to this many files are given to Spark one by one (see ``_scan``).

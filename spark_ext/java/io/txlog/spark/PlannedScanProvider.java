@@ -1,0 +1,240 @@
+package io.txlog.spark;
+
+import java.util.ArrayList;
+import java.util.EnumSet;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.OptionalLong;
+import java.util.Set;
+
+import org.apache.hadoop.conf.Configuration;
+import org.apache.spark.SparkContext;
+import org.apache.spark.sql.connector.catalog.SupportsRead;
+import org.apache.spark.sql.connector.catalog.Table;
+import org.apache.spark.sql.connector.catalog.TableCapability;
+import org.apache.spark.sql.connector.catalog.TableProvider;
+import org.apache.spark.sql.connector.expressions.Transform;
+import org.apache.spark.sql.connector.read.Batch;
+import org.apache.spark.sql.connector.read.InputPartition;
+import org.apache.spark.sql.connector.read.PartitionReaderFactory;
+import org.apache.spark.sql.connector.read.Scan;
+import org.apache.spark.sql.connector.read.ScanBuilder;
+import org.apache.spark.sql.connector.read.Statistics;
+import org.apache.spark.sql.connector.read.SupportsPushDownRequiredColumns;
+import org.apache.spark.sql.connector.read.SupportsReportStatistics;
+import org.apache.spark.sql.execution.datasources.parquet.ParquetReadSupport;
+import org.apache.spark.sql.internal.SQLConf;
+import org.apache.spark.sql.types.DataType;
+import org.apache.spark.sql.types.StructType;
+import org.apache.spark.sql.util.CaseInsensitiveStringMap;
+import org.apache.spark.util.SerializableConfiguration;
+
+/**
+ * Scans slices of txlog batch objects that the Python driver planned (spark_ext/jvm_scan.py).
+ *
+ * <p>The driver decides everything a read returns (which objects, which rows of each, their
+ * base offsets); this source only reads those rows with Spark's vectorized Parquet reader and
+ * adds the columns txlog derives (topic, partition, offset, timestamp, timestampType) as
+ * computed column vectors, so no row is copied. Options:
+ * <ul>
+ *   <li>{@code txlog.schema}: the output schema (JSON);</li>
+ *   <li>{@code txlog.kind}: {@code kafka} or {@code typed} (how timestamp is derived);</li>
+ *   <li>{@code txlog.plan}: one slice per line, tab-separated: group, path, topic, partition,
+ *       base offset, first row, rows, append time (ms), estimated bytes;</li>
+ *   <li>{@code txlog.batchSize}: rows per columnar batch.</li>
+ * </ul>
+ */
+public final class PlannedScanProvider implements TableProvider {
+    static final String SCHEMA = "txlog.schema";
+    static final String KIND = "txlog.kind";
+    static final String PLAN = "txlog.plan";
+    static final String BATCH_SIZE = "txlog.batchSize";
+
+    @Override
+    public StructType inferSchema(CaseInsensitiveStringMap options) {
+        return parseSchema(required(options, SCHEMA));
+    }
+
+    @Override
+    public Table getTable(StructType schema, Transform[] partitioning, Map<String, String> props) {
+        CaseInsensitiveStringMap options = new CaseInsensitiveStringMap(props);
+        boolean kafka = "kafka".equals(required(options, KIND));
+        int batchSize = Integer.parseInt(options.getOrDefault(BATCH_SIZE, "4096"));
+        return new PlannedTable(schema, kafka, batchSize, parsePlan(required(options, PLAN)));
+    }
+
+    static String required(Map<String, String> options, String key) {
+        String value = options.get(key);
+        if (value == null) {
+            throw new IllegalArgumentException(
+                "txlog planned scan: option " + key + " is missing; this source is started by "
+                    + "spark_ext.read(), not by hand");
+        }
+        return value;
+    }
+
+    static StructType parseSchema(String json) {
+        return (StructType) DataType.fromJson(json);
+    }
+
+    /** The plan's slices, grouped into input partitions in the order the driver gave. */
+    static List<SlicePartition> parsePlan(String plan) {
+        Map<Integer, List<String[]>> groups = new LinkedHashMap<>();
+        for (String line : plan.split("\n")) {
+            if (line.isEmpty()) {
+                continue;
+            }
+            String[] f = line.split("\t", -1);
+            if (f.length != 9) {
+                throw new IllegalArgumentException(
+                    "txlog planned scan: a plan line has " + f.length + " fields, not 9: " + line);
+            }
+            groups.computeIfAbsent(Integer.parseInt(f[0]), g -> new ArrayList<>()).add(f);
+        }
+        List<SlicePartition> out = new ArrayList<>();
+        for (List<String[]> rows : groups.values()) {
+            out.add(SlicePartition.of(rows));
+        }
+        return out;
+    }
+
+    static final class PlannedTable implements Table, SupportsRead {
+        private final StructType schema;
+        private final boolean kafka;
+        private final int batchSize;
+        private final List<SlicePartition> partitions;
+
+        PlannedTable(StructType schema, boolean kafka, int batchSize,
+                     List<SlicePartition> partitions) {
+            this.schema = schema;
+            this.kafka = kafka;
+            this.batchSize = batchSize;
+            this.partitions = partitions;
+        }
+
+        @Override
+        public String name() {
+            return "txlog planned scan";
+        }
+
+        @Override
+        @SuppressWarnings("deprecation")  // columns() derives from it; Spark 4.3 still asks
+        public StructType schema() {
+            return schema;
+        }
+
+        @Override
+        public Set<TableCapability> capabilities() {
+            return EnumSet.of(TableCapability.BATCH_READ);
+        }
+
+        @Override
+        public ScanBuilder newScanBuilder(CaseInsensitiveStringMap options) {
+            return new Builder(this);
+        }
+    }
+
+    static final class Builder implements ScanBuilder, SupportsPushDownRequiredColumns {
+        private final PlannedTable table;
+        private StructType required;
+
+        Builder(PlannedTable table) {
+            this.table = table;
+            this.required = table.schema;
+        }
+
+        @Override
+        public void pruneColumns(StructType requiredSchema) {
+            // Spark asks only for columns of our schema; keep our order and types.
+            StructType pruned = new StructType();
+            for (String name : requiredSchema.fieldNames()) {
+                pruned = pruned.add(table.schema.apply(name));
+            }
+            this.required = pruned;
+        }
+
+        @Override
+        public Scan build() {
+            return new PlannedScan(table, required);
+        }
+    }
+
+    static final class PlannedScan implements Scan, Batch, SupportsReportStatistics {
+        private final PlannedTable table;
+        private final StructType readSchema;
+
+        PlannedScan(PlannedTable table, StructType readSchema) {
+            this.table = table;
+            this.readSchema = readSchema;
+        }
+
+        @Override
+        public StructType readSchema() {
+            return readSchema;
+        }
+
+        @Override
+        public String description() {
+            int slices = 0;
+            for (SlicePartition p : table.partitions) {
+                slices += p.size();
+            }
+            return "txlog planned scan: " + slices + " slices in " + table.partitions.size()
+                + " partitions, columns " + String.join(", ", readSchema.fieldNames());
+        }
+
+        @Override
+        public Batch toBatch() {
+            return this;
+        }
+
+        @Override
+        public InputPartition[] planInputPartitions() {
+            return table.partitions.toArray(new InputPartition[0]);
+        }
+
+        @Override
+        public PartitionReaderFactory createReaderFactory() {
+            List<OutputColumn> columns = OutputColumn.plan(readSchema, table.kafka);
+            SparkContext sc = SparkContext.getOrCreate();
+            // One Hadoop configuration for every object a task opens, as Spark's own Parquet
+            // scan does: building one per object costs milliseconds each. It also carries
+            // the session's filesystem settings (credentials, endpoints) to the executors.
+            Configuration conf = new Configuration(sc.hadoopConfiguration());
+            conf.set("parquet.read.support.class", ParquetReadSupport.class.getName());
+            conf.set(ParquetReadSupport.SPARK_ROW_REQUESTED_SCHEMA(),
+                     OutputColumn.storedSchema(columns).json());
+            conf.setBoolean(SQLConf.PARQUET_BINARY_AS_STRING().key(), false);
+            conf.setBoolean(SQLConf.PARQUET_INT96_AS_TIMESTAMP().key(), true);
+            conf.setBoolean(SQLConf.CASE_SENSITIVE().key(), true);
+            conf.setBoolean(SQLConf.PARQUET_INFER_TIMESTAMP_NTZ_ENABLED().key(), true);
+            conf.setBoolean(SQLConf.LEGACY_PARQUET_NANOS_AS_LONG().key(), false);
+            return new SliceReaderFactory(columns, table.batchSize,
+                                          SerializableConfiguration.broadcast(sc, conf));
+        }
+
+        @Override
+        public Statistics estimateStatistics() {
+            long bytes = 0;
+            long rows = 0;
+            for (SlicePartition p : table.partitions) {
+                bytes += p.bytes();
+                rows += p.rows();
+            }
+            final long b = bytes;
+            final long r = rows;
+            return new Statistics() {
+                @Override
+                public OptionalLong sizeInBytes() {
+                    return OptionalLong.of(b);
+                }
+
+                @Override
+                public OptionalLong numRows() {
+                    return OptionalLong.of(r);
+                }
+            };
+        }
+    }
+}

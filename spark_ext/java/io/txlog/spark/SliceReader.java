@@ -1,0 +1,183 @@
+package io.txlog.spark;
+
+import java.io.IOException;
+import java.util.List;
+
+import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.fs.Path;
+import org.apache.hadoop.mapred.FileSplit;
+import org.apache.hadoop.mapreduce.TaskAttemptID;
+import org.apache.hadoop.mapreduce.task.TaskAttemptContextImpl;
+import org.apache.spark.sql.connector.read.PartitionReader;
+import org.apache.spark.sql.execution.datasources.parquet.VectorizedParquetRecordReader;
+import org.apache.spark.sql.vectorized.ColumnVector;
+import org.apache.spark.sql.vectorized.ColumnarBatch;
+import org.apache.spark.unsafe.types.UTF8String;
+
+/**
+ * Reads one input partition's slices in order. Each batch it returns is a view: stored
+ * columns are the Parquet reader's own vectors (shifted when a slice starts inside a batch),
+ * derived columns are computed per row on access.
+ */
+final class SliceReader implements PartitionReader<ColumnarBatch> {
+    private final SlicePartition part;
+    private final List<OutputColumn> columns;
+    private final List<String> storedNames;
+    private final int batchSize;
+    private final TaskAttemptContextImpl context;
+
+    private int slice = -1;
+    private long pos;          // next row of the object to return
+    private long end;          // end of the current slice (exclusive)
+    private VectorizedParquetRecordReader file;
+    private long batchStart;   // object row of the file reader's current batch's first row
+    private int batchRows;
+    private ColumnarBatch current;
+
+    SliceReader(SlicePartition part, List<OutputColumn> columns, int batchSize,
+                Configuration conf) {
+        this.context = new TaskAttemptContextImpl(conf, new TaskAttemptID());
+        this.part = part;
+        this.columns = columns;
+        this.storedNames = OutputColumn.storedNames(columns);
+        this.batchSize = batchSize;
+    }
+
+    @Override
+    public boolean next() throws IOException {
+        while (slice < 0 || pos >= end) {
+            closeFile();
+            slice++;
+            if (slice >= part.size()) {
+                return false;
+            }
+            pos = part.skips[slice];
+            end = pos + part.takes[slice];
+            if (pos < end && !storedNames.isEmpty()) {
+                openFile();
+            }
+        }
+        if (storedNames.isEmpty()) {  // nothing stored is read: rows are counted, not decoded
+            int rows = (int) Math.min(batchSize, end - pos);
+            current = assemble(null, 0, rows);
+            pos += rows;
+            return true;
+        }
+        while (batchStart + batchRows <= pos) {
+            batchStart += batchRows;
+            if (!nextFileBatch()) {
+                throw new IOException(
+                    "txlog: batch object " + part.paths[slice] + " has " + batchStart
+                        + " rows, but its log entry says it has at least " + end
+                        + "; the object is truncated or was replaced. Check it with "
+                        + "`txlog check`, or read with format('txlog'), which reports the object.");
+            }
+        }
+        int offset = (int) (pos - batchStart);
+        int rows = (int) Math.min(batchRows - offset, end - pos);
+        current = assemble(file.resultBatch(), offset, rows);
+        pos += rows;
+        return true;
+    }
+
+    private boolean nextFileBatch() throws IOException {
+        try {
+            if (!file.nextBatch()) {
+                return false;
+            }
+        } catch (IOException | RuntimeException e) {
+            throw unreadable(e);
+        }
+        batchRows = file.resultBatch().numRows();
+        return true;
+    }
+
+    private void openFile() throws IOException {
+        VectorizedParquetRecordReader reader = new VectorizedParquetRecordReader(false, batchSize);
+        try {
+            Path path = new Path(part.paths[slice]);
+            long length = path.getFileSystem(context.getConfiguration()).getFileStatus(path).getLen();
+            reader.initialize(new FileSplit(path, 0, length, (String[]) null), context);
+            reader.resultBatch();  // allocates the batch nextBatch() fills
+        } catch (IOException | InterruptedException | RuntimeException e) {
+            reader.close();
+            throw unreadable(e);
+        }
+        ColumnarBatch batch = reader.resultBatch();
+        for (OutputColumn c : columns) {
+            if (c.source == OutputColumn.Source.STORED) {
+                String have = batch.column(c.stored).dataType().catalogString();
+                if (!have.equals(c.type.catalogString())) {
+                    reader.close();
+                    throw new IOException(
+                        "txlog: column " + c.name + " of batch object " + part.paths[slice]
+                            + " is " + have + ", but the topic's schema says "
+                            + c.type.catalogString() + "; the object does not belong to this "
+                            + "topic's schema. Read with format('txlog') to see the object.");
+                }
+            }
+        }
+        file = reader;
+        batchStart = 0;
+        batchRows = 0;
+    }
+
+    private IOException unreadable(Exception e) {
+        return new IOException(
+            "txlog: cannot read batch object " + part.paths[slice] + " (" + e + "); it may be "
+                + "missing, corrupt or truncated. Check it with `txlog check`.", e);
+    }
+
+    private ColumnarBatch assemble(ColumnarBatch data, int offset, int rows) {
+        ColumnVector[] out = new ColumnVector[columns.size()];
+        long firstRow = pos;
+        for (int i = 0; i < out.length; i++) {
+            OutputColumn c = columns.get(i);
+            ColumnVector stored = c.stored < 0 ? null : Vectors.shift(data.column(c.stored), offset);
+            switch (c.source) {
+                case STORED:
+                    out[i] = stored;
+                    break;
+                case TOPIC:
+                    out[i] = new Vectors.ConstString(c.type, UTF8String.fromString(part.topics[slice]));
+                    break;
+                case PARTITION:
+                    out[i] = new Vectors.ConstInt(c.type, part.partitions[slice]);
+                    break;
+                case OFFSET:
+                    out[i] = new Vectors.Sequence(c.type, part.bases[slice] + firstRow);
+                    break;
+                case KAFKA_TIMESTAMP:
+                    out[i] = new Vectors.LongOr(c.type, stored, part.appendMs[slice] * 1000L);
+                    break;
+                case TIMESTAMP_TYPE:
+                    out[i] = new Vectors.NullFlag(c.type, stored);
+                    break;
+                case APPEND_TIME:
+                    out[i] = new Vectors.ConstLong(c.type, part.appendMs[slice] * 1000L);
+                    break;
+                default:
+                    throw new IllegalStateException(c.source.toString());
+            }
+        }
+        return new ColumnarBatch(out, rows);
+    }
+
+    @Override
+    public ColumnarBatch get() {
+        return current;
+    }
+
+    private void closeFile() throws IOException {
+        if (file != null) {
+            VectorizedParquetRecordReader f = file;
+            file = null;
+            f.close();
+        }
+    }
+
+    @Override
+    public void close() throws IOException {
+        closeFile();
+    }
+}

@@ -1,0 +1,179 @@
+"""The JVM scan: txlog's own Spark source (Java, in ``spark_ext/java``) for planned reads.
+
+``spark_ext.read`` plans on the driver as every txlog read does; this module hands the
+plan to ``io.txlog.spark.PlannedScanProvider``, which reads exactly the planned rows of
+each batch object with Spark's vectorized Parquet reader and adds the derived columns
+(topic, partition, offset, timestamp, timestampType) as computed column vectors. No row
+passes through Python and no per-row expression or ``_metadata`` struct is evaluated.
+
+The jar is built from the sources shipped with txlog, against the running pyspark's own
+jars, with the JDK's ``javac`` (Maven Central is not needed), once per source and pyspark
+version, into ``$TXLOG_CACHE_DIR`` (default ``~/.cache/txlog``). Where no JDK is
+found, :func:`jar` raises ``JvmScanUnavailable`` and ``spark_ext.read`` uses the SQL path
+(:mod:`spark_ext.native`). For clusters, build it once (``python -m spark_ext.jvm_scan``
+prints its path) and add it to the cluster's jars.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import zipfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from spark_ext.read_plan import BatchPlan, FileSlice
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from txlog.storage import ObjectStore
+
+PROVIDER = "io.txlog.spark.PlannedScanProvider"
+SOURCES = Path(__file__).resolve().parent / "java"
+_BUILD_LOCK = threading.Lock()
+
+
+class JvmScanUnavailable(Exception):
+    """The JVM scan cannot be used here; the message says why (callers fall back)."""
+
+
+def _pyspark_jars() -> Path:
+    import pyspark
+
+    return Path(pyspark.__file__).resolve().parent / "jars"
+
+
+def _javac() -> str:
+    home = os.environ.get("JAVA_HOME")
+    if home and (Path(home) / "bin" / "javac").is_file():
+        return str(Path(home) / "bin" / "javac")
+    found = shutil.which("javac")
+    if found is None:
+        raise JvmScanUnavailable("no javac (a JDK 17+) on the PATH or in JAVA_HOME")
+    return found
+
+
+def _sources() -> list[Path]:
+    return sorted(SOURCES.rglob("*.java"))
+
+
+def _digest() -> str:
+    import pyspark
+
+    h = hashlib.sha256(pyspark.__version__.encode())
+    for src in _sources():
+        h.update(src.relative_to(SOURCES).as_posix().encode())
+        h.update(src.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("TXLOG_CACHE_DIR") or Path.home() / ".cache" / "txlog")
+
+
+def jar() -> Path:
+    """The built jar (built now if this source and pyspark version have none yet)."""
+    target = cache_dir() / f"txlog-spark-scan-{_digest()}.jar"
+    if target.is_file():
+        return target
+    with _BUILD_LOCK:
+        if target.is_file():
+            return target
+        _build(target)
+    return target
+
+
+def _build(target: Path) -> None:
+    javac = _javac()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="txlog-javac-") as tmp:
+        classes = Path(tmp) / "classes"
+        cmd = [javac, "--release", "17", "-nowarn", "-cp", str(_pyspark_jars() / "*"),
+               "-d", str(classes), *map(str, _sources())]
+        done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise JvmScanUnavailable(f"javac failed ({done.returncode}): "
+                                     f"{(done.stderr or done.stdout).strip()[-2000:]}")
+        # A jar is a zip; writing it here needs no `jar` tool. Renamed into place so that
+        # concurrent builders (several test processes) never see half a jar.
+        part = Path(tmp) / "out.jar"
+        with zipfile.ZipFile(part, "w", zipfile.ZIP_DEFLATED) as z:
+            z.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\r\n\r\n")
+            for cls in sorted(classes.rglob("*.class")):
+                z.write(cls, cls.relative_to(classes).as_posix())
+        staged = target.with_suffix(f".{os.getpid()}.tmp")
+        shutil.copyfile(part, staged)
+        os.replace(staged, target)
+
+
+_LOADED: dict[int, bool] = {}
+
+
+def ensure_loaded(spark: SparkSession) -> None:
+    """Make the provider loadable in ``spark`` (``ADD JAR`` when it was not started with the
+    jar), or raise ``JvmScanUnavailable``."""
+    key = id(spark.sparkContext)
+    if _LOADED.get(key):
+        return
+    if not _loadable(spark):
+        path = jar()
+        spark.sql(f"ADD JAR '{path.as_posix()}'")
+        if not _loadable(spark):
+            raise JvmScanUnavailable(f"{PROVIDER} is not loadable after ADD JAR {path}")
+    _LOADED[key] = True
+
+
+def _loadable(spark: SparkSession) -> bool:
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    try:
+        jvm.org.apache.spark.util.Utils.classForName(PROVIDER, True, False)
+    except Exception:
+        return False
+    return True
+
+
+def plan_lines(plan: BatchPlan, groups: list[list[FileSlice]], store: ObjectStore) -> str:
+    """The plan as the provider's ``txlog.plan`` option (see PlannedScanProvider)."""
+    lines = []
+    for g, group in enumerate(groups):
+        for s in group:
+            path = store.full_path(s.key)
+            if "\t" in path or "\n" in path or "\t" in s.topic or "\n" in s.topic:
+                raise JvmScanUnavailable(f"object {path!r} has a tab or newline in its name")
+            lines.append(f"{g}\t{path}\t{s.topic}\t{s.partition}\t{s.base_offset}\t{s.skip}\t"
+                         f"{s.take}\t{s.append_ms}\t{s.nbytes}")
+    return "\n".join(lines)
+
+
+def plan_to_dataframe(spark: SparkSession, store: ObjectStore, plan: BatchPlan,
+                      groups: list[list[FileSlice]]) -> DataFrame:
+    """The planned slices as one DataFrame, read by the JVM scan."""
+    ensure_loaded(spark)
+    shape = plan.shape
+    batch = spark.conf.get("spark.sql.parquet.columnarReaderBatchSize", "4096")
+    return (spark.read.format(PROVIDER)
+            .option("txlog.schema", shape.schema_json)
+            .option("txlog.kind", "kafka" if shape.kafka_shaped else "typed")
+            .option("txlog.batchSize", str(batch))
+            .option("txlog.plan", plan_lines(plan, groups, store))
+            .load())
+
+
+def main() -> None:
+    """Build the jar and print its path (for ``spark.jars`` on a cluster)."""
+    try:
+        print(jar())
+    except JvmScanUnavailable as exc:
+        print(f"cannot build the txlog JVM scan: {exc}", file=sys.stderr)
+        raise SystemExit(1) from None
+
+
+if __name__ == "__main__":
+    main()
