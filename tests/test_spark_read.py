@@ -20,6 +20,7 @@ import pytest
 import spark_ext
 import txlog
 from spark_ext import native
+from spark_ext.native import ENGINES as ALL_ENGINES
 from spark_ext.options import ConfigError, parse_read_options
 from spark_ext.read_plan import group_slices, offsets_from_json, rate_limit
 from txlog.errors import ProducerFencedError, TxlogError
@@ -35,6 +36,10 @@ Row = tuple[Any, ...]
 
 
 # --- building logs ----------------------------------------------------------------------
+
+
+#: The native read's two engines (``auto`` picks ``jvm`` here, where a JDK is present).
+ENGINES = [e for e in ALL_ENGINES if e != "auto"]
 
 
 def null_ts_table(values: list[str]) -> pa.Table:
@@ -248,24 +253,30 @@ def test_batch_read_matches_consumer(spark: Any, tmp_path: Path, seed: int,
     b.random_traffic(steps=10)
     topics = ["events", "other"]
     spark_rc = spark_rows(load(spark, b.url, subscribe="events,other"))
-    native_rc = spark_rows(spark_ext.read(spark, b.url, subscribe="events,other"))
+    native_rc = {e: spark_rows(spark_ext.read(spark, b.url, subscribe="events,other",
+                                              engine=e)) for e in ENGINES}
     expected_rc = consume(b.url, topics)
     assert spark_rc == expected_rc, f"seed={seed}"
-    assert native_rc == expected_rc, f"seed={seed}"
+    assert native_rc == dict.fromkeys(ENGINES, expected_rc), f"seed={seed}"
 
-    # The native path lists directories (with a glob, or a file-name filter) above a few
+    # The SQL path lists directories (with a glob, or a file-name filter) above a few
     # files.
+    def sql_rows() -> list[Row]:
+        return spark_rows(spark_ext.read(spark, b.url, subscribe="events,other", engine="sql"))
+
     monkeypatch.setattr(native, "MAX_EXPLICIT_FILES", 2)
-    assert spark_rows(spark_ext.read(spark, b.url, subscribe="events,other")) == expected_rc
+    assert sql_rows() == expected_rc
     monkeypatch.setattr(native, "MAX_GLOB_FILES", 2)
-    assert spark_rows(spark_ext.read(spark, b.url, subscribe="events,other")) == expected_rc
+    assert sql_rows() == expected_rc
     monkeypatch.setattr(native, "MAX_GLOB_FILES", 2000)
     spark_ru = spark_rows(load(spark, b.url, subscribePattern="ev.*|oth.*",
                                isolation_level="read_uncommitted"))
-    native_ru = spark_rows(spark_ext.read(spark, b.url, subscribe="events,other",
-                                          isolation_level="read_uncommitted"))
+    native_ru = [spark_rows(spark_ext.read(spark, b.url, subscribe="events,other",
+                                           isolation_level="read_uncommitted", engine=e))
+                 for e in ENGINES]
     expected_ru = consume(b.url, topics, "read_uncommitted")
-    assert spark_ru == expected_ru == native_ru, f"seed={seed}"
+    assert [spark_ru, expected_ru] == [expected_ru, expected_ru] and native_ru == [
+        expected_ru] * len(ENGINES), f"seed={seed}"
     assert len(spark_ru) == b.written, f"seed={seed}"
     assert set(spark_rc) <= set(spark_ru)
 
@@ -281,18 +292,22 @@ def test_schema_columns_and_timestamp_type(spark: Any, tmp_path: Path) -> None:
     df = load(spark, url, topic="k")
     assert df.columns == ["key", "value", "topic", "partition", "offset", "timestamp",
                           "timestampType", "headers"]
-    native = spark_ext.read(spark, url, topic="k")
-    assert native.columns == df.columns
-    assert [f.dataType for f in native.schema.fields] == [f.dataType for f in df.schema.fields]
-    rows = df.orderBy("offset").selectExpr("offset", "timestampType",
-                                           "unix_millis(timestamp) AS ts").collect()
+    natives = [spark_ext.read(spark, url, topic="k", engine=e) for e in ENGINES]
+    for native_df in natives:
+        assert native_df.columns == df.columns
+        assert [f.dataType for f in native_df.schema.fields] == [
+            f.dataType for f in df.schema.fields]
     append_ms = txlog.connect(url).partition_log(TopicPartition("k", 0)).refresh() \
         .batches.append_ms
-    assert [(r.offset, r.timestampType) for r in rows] == [(0, 0), (1, 1)]
-    assert rows[0].ts == 1234 and rows[1].ts in append_ms
+    for frame in (df, *natives):
+        rows = frame.orderBy("offset").selectExpr("offset", "timestampType",
+                                                  "unix_millis(timestamp) AS ts").collect()
+        assert [(r.offset, r.timestampType) for r in rows] == [(0, 0), (1, 1)]
+        assert rows[0].ts == 1234 and rows[1].ts in append_ms
     txlog.connect(url).create_topic("empty", partitions=2)
     assert load(spark, url, topic="empty").count() == 0
-    assert spark_ext.read(spark, url, topic="empty").count() == 0
+    for e in ENGINES:
+        assert spark_ext.read(spark, url, topic="empty", engine=e).count() == 0
     no_headers = load(spark, url, topic="k", includeHeaders="false")
     assert "headers" not in no_headers.columns and no_headers.count() == 2
     # A user-given schema that is not ours is refused with a clear message.
@@ -323,7 +338,7 @@ def test_typed_topic(spark: Any, tmp_path: Path) -> None:
     c.subscribe(["typed"])
     expected = sorted((r.partition, r.offset, r.value["id"], r.value["name"], r.value["score"],
                        r.timestamp) for r in c.poll(max_records=1000))
-    for frame in (df, spark_ext.read(spark, url, topic="typed")):
+    for frame in (df, *(spark_ext.read(spark, url, topic="typed", engine=e) for e in ENGINES)):
         got = sorted(tuple(r) for r in frame.selectExpr(
             "partition", "offset", "id", "name", "score", "unix_millis(timestamp)").collect())
         assert got == expected
@@ -333,7 +348,7 @@ def test_typed_topic(spark: Any, tmp_path: Path) -> None:
 @pytest.mark.parametrize("files", ["named", "globbed", "filtered"])
 def test_offset_ranges_and_timestamps(spark: Any, tmp_path: Path, files: str,
                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    # How the native path picks the files; trimmed slices filter rows by index in all.
+    # How the SQL path picks the files; trimmed slices filter rows by index in all.
     if files != "named":
         monkeypatch.setattr(native, "MAX_EXPLICIT_FILES", 1)
     if files == "filtered":
@@ -358,8 +373,8 @@ def test_offset_ranges_and_timestamps(spark: Any, tmp_path: Path, files: str,
         if "assign" not in opts:
             opts["subscribe"] = "r"
         a = spark_rows(load(spark, url, **opts))
-        b = spark_rows(spark_ext.read(spark, url, **opts))
-        assert a == b, opts
+        for e in ENGINES:
+            assert spark_rows(spark_ext.read(spark, url, engine=e, **opts)) == a, (e, opts)
         return a
 
     got = both(startingOffsets='{"r": {"0": 3, "1": -2}}',
@@ -397,8 +412,9 @@ def test_bad_options_fail_at_load_with_the_cause(spark: Any, tmp_path: Path) -> 
         msg = str(info.value)
         assert needle.lower() in msg.lower(), msg  # Spark lowercases option names
         assert "Error" in msg  # the txlog error class appears, not a bare Java trace
-        with pytest.raises(TxlogError, match="(?i)" + needle.replace(".", r"\.")):
-            spark_ext.read(spark, url, options=opts)
+        for e in ENGINES:
+            with pytest.raises(TxlogError, match="(?i)" + needle.replace(".", r"\.")):
+                spark_ext.read(spark, url, options=opts, engine=e)
 
 
 def test_discoverable_as_pyspark_module() -> None:
@@ -617,7 +633,7 @@ def test_native_read_finds_slices_by_file_name_without_a_join(
     for explicit, glob in ((32, 2000), (2, 2000), (2, 2)):
         monkeypatch.setattr(native, "MAX_EXPLICIT_FILES", explicit)
         monkeypatch.setattr(native, "MAX_GLOB_FILES", glob)
-        df = spark_ext.read(spark, url, topic="m")
+        df = spark_ext.read(spark, url, topic="m", engine="sql")
         nodes = plan_nodes(df)
         assert not any("Join" in n for n in nodes), nodes
         assert ("Filter" in nodes) == (glob == 2), nodes  # no per-row filter but the pick
@@ -628,13 +644,13 @@ def test_native_read_finds_slices_by_file_name_without_a_join(
         assert "hash(" not in executed_plan(kv)
         assert sorted(bytes(r.value) for r in kv.collect()) == sorted(r[4] for r in expected)
         # A read starting inside a batch trims it: those rows are filtered by row index.
-        trimmed = spark_ext.read(spark, url, topic="m",
+        trimmed = spark_ext.read(spark, url, topic="m", engine="sql",
                                  startingOffsets='{"m": {"0": 1, "1": 0, "2": 0}}')
         assert "Filter" in plan_nodes(trimmed)
         assert spark_rows(trimmed) == [r for r in expected if (r[1], r[2]) != (0, 0)]
     # Above MAX_LOOKUP_FILES the slice table is joined instead; same rows.
     monkeypatch.setattr(native, "MAX_LOOKUP_FILES", 1)
-    df = spark_ext.read(spark, url, topic="m")
+    df = spark_ext.read(spark, url, topic="m", engine="sql")
     assert any("Join" in n for n in plan_nodes(df))
     assert spark_rows(df) == expected
 
@@ -654,9 +670,11 @@ def test_native_read_of_compacted_segments(spark: Any, tmp_path: Path,
         monkeypatch.setattr(native, "MAX_GLOB_FILES", glob)
         # A segment holds several runs with gaps in their offsets (the markers and aborted
         # batches are gone): the slice table is joined.
-        df = spark_ext.read(spark, url, topic="m")
+        df = spark_ext.read(spark, url, topic="m", engine="sql")
         assert any("Join" in n for n in plan_nodes(df))
         assert spark_rows(df) == expected == spark_rows(load(spark, url, topic="m"))
+    # The JVM scan reads each run of a segment as its own slice.
+    assert spark_rows(spark_ext.read(spark, url, topic="m", engine="jvm")) == expected
 
 
 def test_file_glob_reads_exactly_the_named_files(spark: Any, tmp_path: Path) -> None:

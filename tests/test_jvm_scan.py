@@ -1,0 +1,223 @@
+"""The JVM scan (spark_ext/jvm_scan.py + spark_ext/java): txlog's own Spark source for
+planned reads. Results are also compared with the consumer and the SQL path in
+test_spark_read.py; here: what only this engine does (batches cut mid-way, reading no
+object when no stored column is asked for, its errors, building the jar)."""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import spark_ext
+import txlog
+from spark_ext import jvm_scan
+from txlog.errors import ConfigError
+from txlog.records import HEADER_TYPE, KAFKA_SCHEMA, TopicPartition
+
+pytestmark = pytest.mark.spark
+
+Row = tuple[Any, ...]
+
+
+def build(url: str, seed: int) -> list[Row]:
+    """Two partitions, transactions of 1-9 records (headers on some, own timestamps on
+    some), a third aborted; returns the committed records as the consumer reads them."""
+    print(f"seed={seed}")
+    rng = random.Random(seed)
+    log = txlog.connect(url)
+    log.create_topic("j", partitions=2)
+    p = log.producer(transactional_id="j-tx")
+    p.init_transactions()
+    n = 0
+    for i in range(15):
+        p.begin_transaction()
+        for _ in range(rng.randint(1, 9)):
+            part = rng.randrange(2)
+            headers = [("h", f"{n}".encode()), ("n", None)] if n % 3 == 0 else None
+            if n % 4 == 0:  # no timestamp of its own (Kafka's LogAppendTime applies)
+                p.send_batch("j", pa.table([pa.array([f"k{n % 5}".encode()]),
+                                            pa.array([f"v{n}".encode()]),
+                                            pa.array([headers], HEADER_TYPE),
+                                            pa.nulls(1, pa.timestamp("ms", tz="UTC"))],
+                                           schema=KAFKA_SCHEMA), partition=part)
+            else:
+                p.send("j", f"v{n}".encode(), key=f"k{n % 5}".encode(), partition=part,
+                       headers=headers, timestamp_ms=5_000 + n)
+            n += 1
+        p.flush()
+        p.abort_transaction() if i % 3 == 1 else p.commit_transaction()
+    c = txlog.connect(url).consumer(auto_offset_reset="earliest")
+    c.subscribe(["j"])
+    return sorted(row(r.partition, r.offset, r.key, r.value, r.headers)
+                  for r in c.poll(max_records=1000))
+
+
+def row(partition: int, offset: int, key: Any, value: Any, headers: Any) -> Row:
+    hs = tuple((k, None if v is None else bytes(v)) for k, v in (headers or []))
+    return (partition, offset, None if key is None else bytes(key), bytes(value), hs)
+
+
+def rows(df: Any) -> list[Row]:
+    return sorted(row(r.partition, r.offset, r.key, r.value,
+                      [(h["key"], h["value"]) for h in r.headers or []])
+                  for r in df.select("partition", "offset", "key", "value", "headers").collect())
+
+
+@pytest.fixture
+def small_batches(spark: Any) -> Iterator[None]:
+    """Three rows per columnar batch, so planned slices start and end inside batches."""
+    key = "spark.sql.parquet.columnarReaderBatchSize"
+    old = spark.conf.get(key, None)
+    spark.conf.set(key, "3")
+    yield
+    if old is None:
+        spark.conf.unset(key)
+    else:
+        spark.conf.set(key, old)
+
+
+def test_slices_cut_inside_batches_keep_every_column(spark: Any, tmp_path: Path,
+                                                      small_batches: None) -> None:
+    url = str(tmp_path / "lake")
+    expected = build(url, seed=5150)
+    df = spark_ext.read(spark, url, topic="j", engine="jvm")
+    assert rows(df) == expected
+    plan = df._jdf.queryExecution().executedPlan().toString()
+    assert "txlog planned scan" in plan and not re.search(r"\b(Filter|\w*Join)\b", plan), plan
+    # Reads starting and ending at every offset: the slices are cut at arbitrary rows.
+    high = {p: max(r[1] for r in expected if r[0] == p) + 1 for p in (0, 1)}
+    for start in range(0, high[0], 2):
+        for end in (start + 1, start + 4, high[0]):
+            opts = {"startingOffsets": f'{{"j": {{"0": {start}, "1": {start // 2}}}}}',
+                    "endingOffsets": f'{{"j": {{"0": {end}, "1": -1}}}}'}
+            trimmed = spark_ext.read(spark, url, topic="j", engine="jvm", **opts)
+            plan = trimmed._jdf.queryExecution().executedPlan().toString()
+            assert not re.search(r"\bFilter\b", plan), plan  # cut by the reader itself
+            got = rows(trimmed)
+            want = [r for r in expected
+                    if (r[0] == 0 and start <= r[1] < end) or (r[0] == 1 and r[1] >= start // 2)]
+            assert got == want, opts
+
+
+def test_derived_columns_and_timestamps(spark: Any, tmp_path: Path, small_batches: None) -> None:
+    url = str(tmp_path / "lake")
+    build(url, seed=77)
+    got = spark_ext.read(spark, url, topic="j", engine="jvm").selectExpr(
+        "topic", "partition", "offset", "timestampType", "unix_millis(timestamp) AS ts",
+        "value").collect()
+    sql = spark_ext.read(spark, url, topic="j", engine="sql").selectExpr(
+        "topic", "partition", "offset", "timestampType", "unix_millis(timestamp) AS ts",
+        "value").collect()
+    assert sorted(map(tuple, got)) == sorted(map(tuple, sql))
+    log = txlog.connect(url)
+    append = {p: set(log.partition_log(TopicPartition("j", p)).refresh().batches.append_ms)
+              for p in (0, 1)}
+    for r in got:
+        n = int(bytes(r.value)[1:])
+        assert r.topic == "j"
+        if n % 4 == 0:  # no timestamp of its own: the append time (Kafka's LogAppendTime)
+            assert r.timestampType == 1 and r.ts in append[r.partition]
+        else:
+            assert (r.timestampType, r.ts) == (0, 5_000 + n)
+
+
+def test_derived_columns_alone_open_no_object(spark: Any, tmp_path: Path) -> None:
+    """Offsets, partitions and counts come from the plan: a query of those alone does not
+    read the objects, as a Parquet count reads only footers."""
+    url = str(tmp_path / "lake")
+    expected = build(url, seed=3)
+    for f in (tmp_path / "lake").rglob("*.parquet"):
+        if "/data/" in f.as_posix():
+            f.write_bytes(b"not parquet")
+    df = spark_ext.read(spark, url, topic="j", engine="jvm")
+    assert df.count() == len(expected)
+    assert sorted(tuple(r) for r in df.select("partition", "offset").collect()) == [
+        r[:2] for r in expected]
+    with pytest.raises(Exception, match="cannot read batch object .*corrupt or truncated"):
+        df.select("value").collect()
+
+
+def test_an_object_shorter_than_its_entry_is_named(spark: Any, tmp_path: Path) -> None:
+    url = str(tmp_path / "lake")
+    log = txlog.connect(url)
+    log.create_topic("s", partitions=1)
+    p = log.producer()
+    p.send_batch("s", pa.table({"value": [b"a", b"b", b"c"]}))
+    p.flush()
+    objects = [f for f in (tmp_path / "lake").rglob("*.parquet") if "/data/" in f.as_posix()]
+    assert len(objects) == 1
+    table = pq.read_table(objects[0])
+    pq.write_table(table.slice(0, 2), objects[0])  # a valid object, one row short
+    with pytest.raises(Exception, match=re.escape(objects[0].name) + ".* has 2 rows.*at least 3"):
+        spark_ext.read(spark, url, topic="s", engine="jvm").select("value").collect()
+
+
+def test_typed_topic_with_a_wrong_object_type_is_refused(spark: Any, tmp_path: Path) -> None:
+    url = str(tmp_path / "lake")
+    log = txlog.connect(url)
+    log.create_topic("t", partitions=1, schema=pa.schema([("id", pa.int64())]))
+    p = log.producer()
+    p.send("t", {"id": 7})
+    p.flush()
+    assert spark_ext.read(spark, url, topic="t", engine="jvm").select("id").collect()[0].id == 7
+    obj = next(f for f in (tmp_path / "lake").rglob("*.parquet") if "/data/" in f.as_posix())
+    pq.write_table(pa.table({"id": pa.array(["seven"])}), obj)
+    with pytest.raises(Exception, match=re.escape(obj.name)):
+        spark_ext.read(spark, url, topic="t", engine="jvm").select("id").collect()
+
+
+def test_without_a_jdk_auto_falls_back_and_jvm_says_why(
+        spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    url = str(tmp_path / "lake")
+    expected = build(url, seed=9)
+
+    def unavailable(_spark: Any) -> None:
+        raise jvm_scan.JvmScanUnavailable("no javac (a JDK 17+) on the PATH or in JAVA_HOME")
+
+    monkeypatch.setattr(jvm_scan, "ensure_loaded", unavailable)
+    with pytest.warns(RuntimeWarning, match="using the SQL scan"):
+        df = spark_ext.read(spark, url, topic="j")
+    assert "txlog planned scan" not in df._jdf.queryExecution().executedPlan().toString()
+    assert rows(df) == expected
+    with pytest.raises(ConfigError, match="JVM scan is unavailable: no javac.*engine='sql'"):
+        spark_ext.read(spark, url, topic="j", engine="jvm")
+    with pytest.raises(ConfigError, match="engine='fast'"):
+        spark_ext.read(spark, url, topic="j", engine="fast")
+
+
+def test_jar_build_errors_say_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TXLOG_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    monkeypatch.setattr(jvm_scan.shutil, "which", lambda _name: None)
+    with pytest.raises(jvm_scan.JvmScanUnavailable, match="no javac"):
+        jvm_scan.jar()
+    monkeypatch.undo()
+    monkeypatch.setenv("TXLOG_CACHE_DIR", str(tmp_path / "cache"))
+    broken = tmp_path / "src" / "io" / "txlog" / "spark"
+    broken.mkdir(parents=True)
+    (broken / "Broken.java").write_text("package io.txlog.spark; class Broken { int x = ; }\n")
+    monkeypatch.setattr(jvm_scan, "SOURCES", tmp_path / "src")
+    with pytest.raises(jvm_scan.JvmScanUnavailable, match="javac failed.*Broken.java"):
+        jvm_scan.jar()
+    assert not list((tmp_path / "cache").glob("*.jar"))
+
+
+def test_jar_is_built_once_per_source_and_pyspark(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    import zipfile
+
+    monkeypatch.setenv("TXLOG_CACHE_DIR", str(tmp_path / "cache"))
+    first = jvm_scan.jar()
+    assert first.parent == tmp_path / "cache"
+    with zipfile.ZipFile(first) as z:
+        assert "io/txlog/spark/PlannedScanProvider.class" in z.namelist()
+    mtime = first.stat().st_mtime_ns
+    assert jvm_scan.jar() == first and first.stat().st_mtime_ns == mtime
+    assert list((tmp_path / "cache").iterdir()) == [first]  # no temporary left behind
