@@ -140,7 +140,7 @@ def test_derived_columns_alone_open_no_object(spark: Any, tmp_path: Path) -> Non
     assert df.count() == len(expected)
     assert sorted(tuple(r) for r in df.select("partition", "offset").collect()) == [
         r[:2] for r in expected]
-    with pytest.raises(Exception, match="cannot read batch object .*corrupt or truncated"):
+    with pytest.raises(Exception, match=r"cannot read batch object .*corrupt or truncated"):
         df.select("value").collect()
 
 
@@ -186,7 +186,7 @@ def test_without_a_jdk_auto_falls_back_and_jvm_says_why(
         df = spark_ext.read(spark, url, topic="j")
     assert "txlog planned scan" not in df._jdf.queryExecution().executedPlan().toString()
     assert rows(df) == expected
-    with pytest.raises(ConfigError, match="JVM scan is unavailable: no javac.*engine='sql'"):
+    with pytest.raises(ConfigError, match=r"JVM scan is unavailable: no javac.*engine='sql'"):
         spark_ext.read(spark, url, topic="j", engine="jvm")
     with pytest.raises(ConfigError, match="engine='fast'"):
         spark_ext.read(spark, url, topic="j", engine="fast")
@@ -204,7 +204,7 @@ def test_jar_build_errors_say_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     broken.mkdir(parents=True)
     (broken / "Broken.java").write_text("package io.txlog.spark; class Broken { int x = ; }\n")
     monkeypatch.setattr(jvm_scan, "SOURCES", tmp_path / "src")
-    with pytest.raises(jvm_scan.JvmScanUnavailable, match="javac failed.*Broken.java"):
+    with pytest.raises(jvm_scan.JvmScanUnavailable, match=r"javac failed.*Broken\.java"):
         jvm_scan.jar()
     assert not list((tmp_path / "cache").glob("*.jar"))
 
