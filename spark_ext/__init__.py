@@ -42,12 +42,15 @@ batch's append time).
 Fast path.  ``format("txlog")`` is a Python data source: rows travel from Python workers
 to the JVM as Arrow.  ``spark_ext.read(spark, path, **options)`` takes the same options
 (dotted names with underscores, e.g. ``isolation_level=``; ``storage_options`` may be a
-dict), makes the same plan on the driver and scans the chosen batch objects with Spark's
-own Parquet reader (``_metadata.row_index`` gives the offsets), so column pruning and
-Parquet speed apply.  A Python data source cannot hand Spark a native plan, so
-``format("txlog")`` cannot route to it: use ``spark_ext.read`` for large batch reads.
-Spark opens the files itself on that path, so it needs the store's Hadoop filesystem
-(``s3a://`` + hadoop-aws, ``abfss://``, ``gs://``) configured in Spark as well.
+dict), makes the same plan on the driver and hands it to txlog's JVM source
+(:mod:`spark_ext.jvm_scan`, Java built on first use with the JDK's ``javac``), which
+reads the planned rows with Spark's vectorized Parquet reader, so column pruning and
+Parquet speed apply.  Without a JDK it uses Spark's Parquet source and SQL expressions
+instead (``engine="sql"``, :mod:`spark_ext.native`).  A Python data source cannot hand
+Spark a native plan, so ``format("txlog")`` cannot route to it: use ``spark_ext.read``
+for large batch reads.  Spark opens the files itself on that path, so it needs the
+store's Hadoop filesystem (``s3a://`` + hadoop-aws, ``abfss://``, ``gs://``) configured
+in Spark as well.
 
 Without ``register``: pyspark discovers Python data sources by importing top-level modules
 named ``pyspark_*`` that define ``DefaultSource`` (there is no entry-point group); the
@@ -113,11 +116,13 @@ def local_session(app_name: str, **conf: str) -> SparkSession:
 def read(spark: SparkSession, path: str | None = None, /,
          options: dict[str, Any] | None = None, *, engine: str = "auto",
          **kwargs: Any) -> DataFrame:
-    """A batch read planned on the driver and scanned by Spark's native Parquet reader.
+    """A batch read planned on the driver and scanned in the JVM.
 
     Takes the same options as ``spark.read.format("txlog")`` (as keywords; dotted names
     with underscores: ``isolation_level="read_uncommitted"``; ``storage_options`` may be a
-    dict) and returns the same columns.
+    dict) and returns the same columns.  ``engine``: ``jvm`` (txlog's JVM source; fails
+    with a ConfigError saying why when it cannot be built or loaded), ``sql`` (Spark's
+    Parquet source and SQL expressions) or ``auto`` (``jvm``, else ``sql`` with a warning).
     """
     from spark_ext.native import read as _read
 

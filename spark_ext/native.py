@@ -1,8 +1,10 @@
-"""The native path: plan on the driver, scan with Spark's own Parquet reader.
+"""The native path (``spark_ext.read``): plan on the driver, scan without Python workers.
 
 A Python data source hands every row to the JVM through Arrow from a Python worker; on
-large scans that costs 1.4-1.8x against ``spark.read.parquet`` (DESIGN.md).  Batch objects
-are plain Parquet files without offset columns, so the same plan the Python source makes
+large scans that costs 1.4-1.8x against ``spark.read.parquet`` (DESIGN.md).  :func:`read`
+hands the plan to txlog's JVM source (:mod:`spark_ext.jvm_scan`) when a JDK can build
+it.  Otherwise (``engine="sql"``) this module's SQL engine runs: batch objects are plain
+Parquet files without offset columns, so the same plan the Python source makes
 (:func:`spark_ext.read_plan.plan_batch`) can be handed to Spark as a list of files:
 
 * ``spark.read.parquet(*files)`` with the topic's stored schema (no inference); above a
