@@ -112,21 +112,21 @@ def _build(target: Path) -> None:
         os.replace(staged, target)
 
 
-_LOADED: dict[int, bool] = {}
+_LOADED: set[str] = set()  # application ids of the SparkContexts that have the jar
 
 
 def ensure_loaded(spark: SparkSession) -> None:
     """Make the provider loadable in ``spark`` (``ADD JAR`` when it was not started with the
     jar), or raise ``JvmScanUnavailable``."""
-    key = id(spark.sparkContext)
-    if _LOADED.get(key):
+    key = spark.sparkContext.applicationId
+    if key in _LOADED:
         return
     if not _loadable(spark):
         path = jar()
         spark.sql(f"ADD JAR '{path.as_posix()}'")
         if not _loadable(spark):
             raise JvmScanUnavailable(f"{PROVIDER} is not loadable after ADD JAR {path}")
-    _LOADED[key] = True
+    _LOADED.add(key)
 
 
 def _loadable(spark: SparkSession) -> bool:
@@ -153,7 +153,8 @@ def plan_lines(plan: BatchPlan, groups: list[list[FileSlice]], store: ObjectStor
 
 
 def plan_to_dataframe(spark: SparkSession, store: ObjectStore, plan: BatchPlan,
-                      groups: list[list[FileSlice]]) -> DataFrame:
+                      groups: list[list[FileSlice]], *, fail_on_data_loss: bool = True,
+                      ) -> DataFrame:
     """The planned slices as one DataFrame, read by the JVM scan."""
     ensure_loaded(spark)
     shape = plan.shape
@@ -162,6 +163,7 @@ def plan_to_dataframe(spark: SparkSession, store: ObjectStore, plan: BatchPlan,
             .option("txlog.schema", shape.schema_json)
             .option("txlog.kind", "kafka" if shape.kafka_shaped else "typed")
             .option("txlog.batchSize", str(batch))
+            .option("txlog.failOnDataLoss", str(fail_on_data_loss).lower())
             .option("txlog.plan", plan_lines(plan, groups, store))
             .load())
 

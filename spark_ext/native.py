@@ -95,7 +95,8 @@ def read(spark: SparkSession, path: str | None = None, options: dict[str, Any] |
         from spark_ext import jvm_scan
 
         try:
-            return jvm_scan.plan_to_dataframe(spark, log.store, plan, plan.groups(ro))
+            return jvm_scan.plan_to_dataframe(spark, log.store, plan, plan.groups(ro),
+                                              fail_on_data_loss=ro.fail_on_data_loss)
         except jvm_scan.JvmScanUnavailable as exc:
             if engine == "jvm":
                 raise ConfigError(f"the JVM scan is unavailable: {exc}. Install a JDK 17+ "

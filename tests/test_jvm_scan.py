@@ -140,8 +140,29 @@ def test_derived_columns_alone_open_no_object(spark: Any, tmp_path: Path) -> Non
     assert df.count() == len(expected)
     assert sorted(tuple(r) for r in df.select("partition", "offset").collect()) == [
         r[:2] for r in expected]
-    with pytest.raises(Exception, match=r"cannot read batch object .*corrupt or truncated"):
+    with pytest.raises(Exception, match=r"cannot read batch object .*corrupt, truncated"):
         df.select("value").collect()
+
+
+def test_an_object_deleted_after_planning_fails_or_is_skipped(spark: Any,
+                                                               tmp_path: Path) -> None:
+    """As format("txlog"): failOnDataLoss=true names the object, false skips it."""
+    url = str(tmp_path / "lake")
+    expected = build(url, seed=21)
+    strict = spark_ext.read(spark, url, topic="j", engine="jvm")
+    lenient = spark_ext.read(spark, url, topic="j", engine="jvm", failOnDataLoss="false")
+    log = txlog.connect(url)
+    batches = log.partition_log(TopicPartition("j", 1)).refresh().batches
+    # A committed batch of partition 1 (the batches hold data only; markers are apart).
+    victim = next(i for i in range(len(batches))
+                  if batches.base_offset[i] in {r[1] for r in expected if r[0] == 1})
+    lo = int(batches.base_offset[victim])
+    hi = lo + int(batches.count[victim])
+    (tmp_path / "lake" / batches.data[victim]).unlink()
+    with pytest.raises(Exception, match=rf"j-1 \(offsets {lo}\.\.{hi - 1}\) is gone.*"
+                                        "failOnDataLoss=false"):
+        strict.select("value").collect()
+    assert rows(lenient) == [r for r in expected if not (r[0] == 1 and lo <= r[1] < hi)]
 
 
 def test_an_object_shorter_than_its_entry_is_named(spark: Any, tmp_path: Path) -> None:

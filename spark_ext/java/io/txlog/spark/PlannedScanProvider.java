@@ -42,7 +42,8 @@ import org.apache.spark.util.SerializableConfiguration;
  *   <li>{@code txlog.kind}: {@code kafka} or {@code typed} (how timestamp is derived);</li>
  *   <li>{@code txlog.plan}: one slice per line, tab-separated: group, path, topic, partition,
  *       base offset, first row, rows, append time (ms), estimated bytes;</li>
- *   <li>{@code txlog.batchSize}: rows per columnar batch.</li>
+ *   <li>{@code txlog.batchSize}: rows per columnar batch;</li>
+ *   <li>{@code txlog.failOnDataLoss}: {@code false} skips objects deleted since planning.</li>
  * </ul>
  */
 public final class PlannedScanProvider implements TableProvider {
@@ -50,6 +51,7 @@ public final class PlannedScanProvider implements TableProvider {
     static final String KIND = "txlog.kind";
     static final String PLAN = "txlog.plan";
     static final String BATCH_SIZE = "txlog.batchSize";
+    static final String FAIL_ON_DATA_LOSS = "txlog.failOnDataLoss";
 
     @Override
     public StructType inferSchema(CaseInsensitiveStringMap options) {
@@ -61,7 +63,9 @@ public final class PlannedScanProvider implements TableProvider {
         CaseInsensitiveStringMap options = new CaseInsensitiveStringMap(props);
         boolean kafka = "kafka".equals(required(options, KIND));
         int batchSize = Integer.parseInt(options.getOrDefault(BATCH_SIZE, "4096"));
-        return new PlannedTable(schema, kafka, batchSize, parsePlan(required(options, PLAN)));
+        boolean failOnDataLoss = !"false".equals(options.getOrDefault(FAIL_ON_DATA_LOSS, "true"));
+        return new PlannedTable(schema, kafka, batchSize, failOnDataLoss,
+                                parsePlan(required(options, PLAN)));
     }
 
     static String required(Map<String, String> options, String key) {
@@ -103,13 +107,15 @@ public final class PlannedScanProvider implements TableProvider {
         private final StructType schema;
         private final boolean kafka;
         private final int batchSize;
+        private final boolean failOnDataLoss;
         private final List<SlicePartition> partitions;
 
-        PlannedTable(StructType schema, boolean kafka, int batchSize,
+        PlannedTable(StructType schema, boolean kafka, int batchSize, boolean failOnDataLoss,
                      List<SlicePartition> partitions) {
             this.schema = schema;
             this.kafka = kafka;
             this.batchSize = batchSize;
+            this.failOnDataLoss = failOnDataLoss;
             this.partitions = partitions;
         }
 
@@ -210,7 +216,7 @@ public final class PlannedScanProvider implements TableProvider {
             conf.setBoolean(SQLConf.CASE_SENSITIVE().key(), true);
             conf.setBoolean(SQLConf.PARQUET_INFER_TIMESTAMP_NTZ_ENABLED().key(), true);
             conf.setBoolean(SQLConf.LEGACY_PARQUET_NANOS_AS_LONG().key(), false);
-            return new SliceReaderFactory(columns, table.batchSize,
+            return new SliceReaderFactory(columns, table.batchSize, table.failOnDataLoss,
                                           SerializableConfiguration.broadcast(sc, conf));
         }
 

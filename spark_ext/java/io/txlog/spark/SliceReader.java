@@ -1,5 +1,6 @@
 package io.txlog.spark;
 
+import java.io.FileNotFoundException;
 import java.io.IOException;
 import java.util.List;
 
@@ -13,6 +14,8 @@ import org.apache.spark.sql.execution.datasources.parquet.VectorizedParquetRecor
 import org.apache.spark.sql.vectorized.ColumnVector;
 import org.apache.spark.sql.vectorized.ColumnarBatch;
 import org.apache.spark.unsafe.types.UTF8String;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 
 /**
  * Reads one input partition's slices in order. Each batch it returns is a view: stored
@@ -20,10 +23,13 @@ import org.apache.spark.unsafe.types.UTF8String;
  * derived columns are computed per row on access.
  */
 final class SliceReader implements PartitionReader<ColumnarBatch> {
+    private static final Logger LOG = LoggerFactory.getLogger(SliceReader.class);
+
     private final SlicePartition part;
     private final List<OutputColumn> columns;
     private final List<String> storedNames;
     private final int batchSize;
+    private final boolean failOnDataLoss;
     private final TaskAttemptContextImpl context;
 
     private int slice = -1;
@@ -35,7 +41,8 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
     private ColumnarBatch current;
 
     SliceReader(SlicePartition part, List<OutputColumn> columns, int batchSize,
-                Configuration conf) {
+                boolean failOnDataLoss, Configuration conf) {
+        this.failOnDataLoss = failOnDataLoss;
         this.context = new TaskAttemptContextImpl(conf, new TaskAttemptID());
         this.part = part;
         this.columns = columns;
@@ -53,8 +60,8 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
             }
             pos = part.skips[slice];
             end = pos + part.takes[slice];
-            if (pos < end && !storedNames.isEmpty()) {
-                openFile();
+            if (pos < end && !storedNames.isEmpty() && !openFile()) {
+                pos = end;  // gone, and failOnDataLoss=false: skip it, as the Python source does
             }
         }
         if (storedNames.isEmpty()) {  // nothing stored is read: rows are counted, not decoded
@@ -92,40 +99,45 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
         return true;
     }
 
-    private void openFile() throws IOException {
+    /** Opens the current slice's object; false if it is gone and may be skipped. */
+    private boolean openFile() throws IOException {
+        Path path = new Path(part.paths[slice]);
+        long length;
+        try {
+            length = path.getFileSystem(context.getConfiguration()).getFileStatus(path).getLen();
+        } catch (FileNotFoundException e) {
+            String what = "txlog: batch object " + part.paths[slice] + " of " + part.topics[slice]
+                + "-" + part.partitions[slice] + " (offsets " + (part.bases[slice] + part.skips[slice])
+                + ".." + (part.bases[slice] + part.skips[slice] + part.takes[slice] - 1)
+                + ") is gone: retention or compaction deleted it after the read was planned.";
+            if (failOnDataLoss) {
+                throw new IOException(what + " Re-run the query, or set failOnDataLoss=false "
+                    + "to skip missing data.", e);
+            }
+            LOG.warn(what + " Skipped (failOnDataLoss=false).");
+            return false;
+        }
         VectorizedParquetRecordReader reader = new VectorizedParquetRecordReader(false, batchSize);
         try {
-            Path path = new Path(part.paths[slice]);
-            long length = path.getFileSystem(context.getConfiguration()).getFileStatus(path).getLen();
             reader.initialize(new FileSplit(path, 0, length, (String[]) null), context);
-            reader.resultBatch();  // allocates the batch nextBatch() fills
+            // Allocates the batch nextBatch() fills, with the topic's types: an object whose
+            // columns do not convert to them fails in nextBatch(), named by unreadable().
+            reader.resultBatch();
         } catch (IOException | InterruptedException | RuntimeException e) {
             reader.close();
             throw unreadable(e);
         }
-        ColumnarBatch batch = reader.resultBatch();
-        for (OutputColumn c : columns) {
-            if (c.source == OutputColumn.Source.STORED) {
-                String have = batch.column(c.stored).dataType().catalogString();
-                if (!have.equals(c.type.catalogString())) {
-                    reader.close();
-                    throw new IOException(
-                        "txlog: column " + c.name + " of batch object " + part.paths[slice]
-                            + " is " + have + ", but the topic's schema says "
-                            + c.type.catalogString() + "; the object does not belong to this "
-                            + "topic's schema. Read with format('txlog') to see the object.");
-                }
-            }
-        }
         file = reader;
         batchStart = 0;
         batchRows = 0;
+        return true;
     }
 
     private IOException unreadable(Exception e) {
         return new IOException(
             "txlog: cannot read batch object " + part.paths[slice] + " (" + e + "); it may be "
-                + "missing, corrupt or truncated. Check it with `txlog check`.", e);
+                + "corrupt, truncated or not of the topic's schema. Check it with `txlog check`.",
+            e);
     }
 
     private ColumnarBatch assemble(ColumnarBatch data, int offset, int rows) {

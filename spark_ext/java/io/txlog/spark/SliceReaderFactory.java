@@ -15,12 +15,14 @@ final class SliceReaderFactory implements PartitionReaderFactory {
 
     private final List<OutputColumn> columns;
     private final int batchSize;
+    private final boolean failOnDataLoss;
     private final Broadcast<SerializableConfiguration> conf;
 
-    SliceReaderFactory(List<OutputColumn> columns, int batchSize,
+    SliceReaderFactory(List<OutputColumn> columns, int batchSize, boolean failOnDataLoss,
                        Broadcast<SerializableConfiguration> conf) {
         this.columns = columns;
         this.batchSize = batchSize;
+        this.failOnDataLoss = failOnDataLoss;
         this.conf = conf;
     }
 
@@ -31,7 +33,7 @@ final class SliceReaderFactory implements PartitionReaderFactory {
 
     @Override
     public PartitionReader<ColumnarBatch> createColumnarReader(InputPartition partition) {
-        return new SliceReader((SlicePartition) partition, columns, batchSize,
+        return new SliceReader((SlicePartition) partition, columns, batchSize, failOnDataLoss,
                                conf.value().value());
     }
 
