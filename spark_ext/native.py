@@ -102,7 +102,7 @@ def read(spark: SparkSession, path: str | None = None, options: dict[str, Any] |
                 raise ConfigError(f"the JVM scan is unavailable: {exc}. Install a JDK 17+ "
                                   "(javac), or pass engine='sql'") from None
             _warn_once(f"txlog: JVM scan unavailable ({exc}); using the SQL scan")
-    return plan_to_dataframe(spark, log.store, plan)
+    return plan_to_dataframe(spark, log.store, plan, fail_on_data_loss=ro.fail_on_data_loss)
 
 
 _WARNED: set[str] = set()
@@ -129,7 +129,8 @@ _LISTING_THRESHOLD = "spark.sql.sources.parallelPartitionDiscovery.threshold"
 
 
 def _scan(spark: SparkSession, store: ObjectStore, shape: OutputShape, keys: list[str],
-          names: dict[str, str]) -> tuple[DataFrame, str | None]:
+          names: dict[str, str], fail_on_data_loss: bool = True,
+          ) -> tuple[DataFrame, str | None]:
     """The Parquet scan of the planned files, and the SQL condition on ``_metadata`` that
     picks them out of it when it cannot pick them itself.
 
@@ -147,6 +148,8 @@ def _scan(spark: SparkSession, store: ObjectStore, shape: OutputShape, keys: lis
             f"batch object {hidden[0]!r} has a name Spark's file reader ignores (it starts "
             "with '_' or '.'); read with format('txlog') instead of spark_ext.read")
     reader = spark.read.schema(stored_spark_schema(shape))
+    if not fail_on_data_loss:  # objects deleted since planning are skipped, as elsewhere
+        reader = reader.option("ignoreMissingFiles", "true")
     if len(keys) <= MAX_EXPLICIT_FILES:
         return _parquet(spark, reader, [store.full_path(k) for k in keys]), None
     dirs = [store.full_path(d) for d in sorted({k.rsplit("/", 1)[0] for k in keys})]
@@ -213,7 +216,8 @@ def _ident(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
-def plan_to_dataframe(spark: SparkSession, store: ObjectStore, plan: BatchPlan) -> DataFrame:
+def plan_to_dataframe(spark: SparkSession, store: ObjectStore, plan: BatchPlan, *,
+                      fail_on_data_loss: bool = True) -> DataFrame:
     """The planned slices as one DataFrame.
 
     Built from a few SQL strings with the plan inline as literals: every py4j call is a
@@ -227,7 +231,7 @@ def plan_to_dataframe(spark: SparkSession, store: ObjectStore, plan: BatchPlan) 
 
     keys = sorted({s.key for s in plan.slices})
     names = {k: uri_quote(k.rsplit("/", 1)[-1]) for k in keys}
-    scan, pick = _scan(spark, store, shape, keys, names)
+    scan, pick = _scan(spark, store, shape, keys, names, fail_on_data_loss)
     looked_up = _looked_up(scan if pick is None else scan.where(pick), shape, plan.slices,
                            names)
     if looked_up is not None:

@@ -116,6 +116,11 @@ def test_derived_columns_and_timestamps(spark: Any, tmp_path: Path, small_batche
         "topic", "partition", "offset", "timestampType", "unix_millis(timestamp) AS ts",
         "value").collect()
     assert sorted(map(tuple, got)) == sorted(map(tuple, sql))
+    # timestampType alone still reads the object's timestamps, as timestamps.
+    for cols in (["timestampType"], ["offset", "timestampType"], ["value", "timestampType"]):
+        jvm = spark_ext.read(spark, url, topic="j", engine="jvm").select(*cols).collect()
+        assert sorted(map(tuple, jvm)) == sorted(
+            tuple(r[c] for c in cols) for r in got), cols
     log = txlog.connect(url)
     append = {p: set(log.partition_log(TopicPartition("j", p)).refresh().batches.append_ms)
               for p in (0, 1)}
@@ -128,20 +133,23 @@ def test_derived_columns_and_timestamps(spark: Any, tmp_path: Path, small_batche
             assert (r.timestampType, r.ts) == (0, 5_000 + n)
 
 
-def test_derived_columns_alone_open_no_object(spark: Any, tmp_path: Path) -> None:
-    """Offsets, partitions and counts come from the plan: a query of those alone does not
-    read the objects, as a Parquet count reads only footers."""
+def test_derived_columns_alone_read_only_footers(spark: Any, tmp_path: Path) -> None:
+    """Offsets, partitions and counts come from the plan, but each object's footer is
+    still read (as a Parquet count reads footers): a damaged object is found."""
     url = str(tmp_path / "lake")
     expected = build(url, seed=3)
-    for f in (tmp_path / "lake").rglob("*.parquet"):
-        if "/data/" in f.as_posix():
-            f.write_bytes(b"not parquet")
     df = spark_ext.read(spark, url, topic="j", engine="jvm")
     assert df.count() == len(expected)
     assert sorted(tuple(r) for r in df.select("partition", "offset").collect()) == [
         r[:2] for r in expected]
-    with pytest.raises(Exception, match=r"cannot read batch object .*corrupt, truncated"):
-        df.select("value").collect()
+    for f in (tmp_path / "lake").rglob("*.parquet"):
+        if "/data/" in f.as_posix():
+            f.write_bytes(b"not parquet")
+    for query in (df.select("offset"), df.select("value")):
+        with pytest.raises(Exception, match=r"cannot read batch object .*corrupt, truncated"):
+            query.collect()
+    with pytest.raises(Exception, match=r"cannot read batch object"):
+        df.count()
 
 
 def test_an_object_deleted_after_planning_fails_or_is_skipped(spark: Any,
@@ -151,6 +159,7 @@ def test_an_object_deleted_after_planning_fails_or_is_skipped(spark: Any,
     expected = build(url, seed=21)
     strict = spark_ext.read(spark, url, topic="j", engine="jvm")
     lenient = spark_ext.read(spark, url, topic="j", engine="jvm", failOnDataLoss="false")
+    sql = spark_ext.read(spark, url, topic="j", engine="sql", failOnDataLoss="false")
     log = txlog.connect(url)
     batches = log.partition_log(TopicPartition("j", 1)).refresh().batches
     # A committed batch of partition 1 (the batches hold data only; markers are apart).
@@ -159,10 +168,79 @@ def test_an_object_deleted_after_planning_fails_or_is_skipped(spark: Any,
     lo = int(batches.base_offset[victim])
     hi = lo + int(batches.count[victim])
     (tmp_path / "lake" / batches.data[victim]).unlink()
-    with pytest.raises(Exception, match=rf"j-1 \(offsets {lo}\.\.{hi - 1}\) is gone.*"
-                                        "failOnDataLoss=false"):
-        strict.select("value").collect()
-    assert rows(lenient) == [r for r in expected if not (r[0] == 1 and lo <= r[1] < hi)]
+    for query in (strict.select("value"), strict.select("offset")):
+        with pytest.raises(Exception, match=rf"j-1 \(offsets {lo}\.\.{hi - 1}\) is gone.*"
+                                            "failOnDataLoss=false"):
+            query.collect()
+    kept = [r for r in expected if not (r[0] == 1 and lo <= r[1] < hi)]
+    assert rows(lenient) == kept
+    assert lenient.count() == len(kept)  # a count skips the same rows
+    assert rows(sql) == kept
+
+
+def test_compacted_segments_with_runs_cut_inside_batches(
+        spark: Any, tmp_path: Path, small_batches: None) -> None:
+    """A segment holds several runs (slices) of one object: the reader reads on through
+    it instead of reopening it per run."""
+    from txlog.maintenance import compact_partition
+
+    url = str(tmp_path / "lake")
+    expected = build(url, seed=99)
+    log = txlog.connect(url)
+    for tp in log.partitions_for("j"):
+        assert compact_partition(log, tp).segments_written == 1
+    assert rows(spark_ext.read(spark, url, topic="j", engine="jvm")) == expected
+    for start in range(0, 12, 3):
+        opts = {"startingOffsets": f'{{"j": {{"0": {start}, "1": {start}}}}}'}
+        got = rows(spark_ext.read(spark, url, topic="j", engine="jvm", **opts))
+        assert got == [r for r in expected if r[1] >= start], opts
+        count = spark_ext.read(spark, url, topic="j", engine="jvm", **opts).count()
+        assert count == len(got)
+
+
+def test_reads_from_other_threads(spark: Any, tmp_path: Path) -> None:
+    """The jar is added from one thread; pyspark runs each Python thread on its own JVM
+    thread, whose class loader must be given the session's."""
+    import threading
+
+    url = str(tmp_path / "lake")
+    expected = build(url, seed=4)
+    results: dict[int, Any] = {}
+    jvm = spark.sparkContext._jvm
+
+    def forget_the_jar() -> None:
+        """This JVM thread's class loader as on a thread that never ran ADD JAR."""
+        jvm.java.lang.Thread.currentThread().setContextClassLoader(
+            jvm.java.lang.ClassLoader.getSystemClassLoader())
+
+    def read(i: int) -> None:
+        try:
+            forget_the_jar()
+            results[i] = rows(spark_ext.read(spark, url, topic="j", engine="jvm"))
+        except Exception as exc:  # reported below
+            results[i] = exc
+
+    threads = [threading.Thread(target=read, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == dict.fromkeys(range(3), expected)
+    forget_the_jar()
+    assert rows(spark_ext.read(spark, url, topic="j", engine="jvm")) == expected
+
+
+def test_another_build_on_the_classpath_is_refused(
+        spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    url = str(tmp_path / "lake")
+    expected = build(url, seed=8)
+    spark_ext.read(spark, url, topic="j", engine="jvm")  # this build is loaded
+    monkeypatch.setattr(jvm_scan, "_digest", lambda: "0123456789abcdef")
+    with pytest.raises(ConfigError, match=r"another build of txlog's JVM scan .*spark\.jars"):
+        spark_ext.read(spark, url, topic="j", engine="jvm")
+    with pytest.warns(RuntimeWarning, match="another build"):
+        df = spark_ext.read(spark, url, topic="j")
+    assert rows(df) == expected
 
 
 def test_an_object_shorter_than_its_entry_is_named(spark: Any, tmp_path: Path) -> None:
@@ -176,8 +254,10 @@ def test_an_object_shorter_than_its_entry_is_named(spark: Any, tmp_path: Path) -
     assert len(objects) == 1
     table = pq.read_table(objects[0])
     pq.write_table(table.slice(0, 2), objects[0])  # a valid object, one row short
-    with pytest.raises(Exception, match=re.escape(objects[0].name) + ".* has 2 rows.*at least 3"):
-        spark_ext.read(spark, url, topic="s", engine="jvm").select("value").collect()
+    for query in ("value", "offset"):  # the footer tells too
+        with pytest.raises(Exception,
+                           match=re.escape(objects[0].name) + ".* has 2 rows.*at least 3"):
+            spark_ext.read(spark, url, topic="s", engine="jvm").select(query).collect()
 
 
 def test_typed_topic_with_a_wrong_object_type_is_refused(spark: Any, tmp_path: Path) -> None:

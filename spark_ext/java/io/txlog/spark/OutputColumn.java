@@ -5,6 +5,7 @@ import java.util.ArrayList;
 import java.util.List;
 
 import org.apache.spark.sql.types.DataType;
+import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
 
@@ -71,8 +72,10 @@ final class OutputColumn implements Serializable {
         StructField[] fields = new StructField[names.size()];
         for (OutputColumn c : columns) {
             if (c.stored >= 0 && fields[c.stored] == null) {
-                // The object's own timestamp (Kafka-shaped topics) is read as the output's.
-                fields[c.stored] = new StructField(names.get(c.stored), c.type, true,
+                // A Kafka record's own timestamp is read as a timestamp, whichever of the
+                // columns derived from it (timestamp, timestampType) asked for it.
+                DataType type = c.source == Source.STORED ? c.type : DataTypes.TimestampType;
+                fields[c.stored] = new StructField(names.get(c.stored), type, true,
                                                    org.apache.spark.sql.types.Metadata.empty());
             }
         }

@@ -10,6 +10,7 @@ import java.util.Set;
 
 import org.apache.hadoop.conf.Configuration;
 import org.apache.spark.SparkContext;
+import org.apache.spark.sql.classic.SparkSession;
 import org.apache.spark.sql.connector.catalog.SupportsRead;
 import org.apache.spark.sql.connector.catalog.Table;
 import org.apache.spark.sql.connector.catalog.TableCapability;
@@ -203,11 +204,13 @@ public final class PlannedScanProvider implements TableProvider {
         @Override
         public PartitionReaderFactory createReaderFactory() {
             List<OutputColumn> columns = OutputColumn.plan(readSchema, table.kafka);
-            SparkContext sc = SparkContext.getOrCreate();
+            SparkSession session = SparkSession.active();
+            SparkContext sc = session.sparkContext();
             // One Hadoop configuration for every object a task opens, as Spark's own Parquet
             // scan does: building one per object costs milliseconds each. It also carries
-            // the session's filesystem settings (credentials, endpoints) to the executors.
-            Configuration conf = new Configuration(sc.hadoopConfiguration());
+            // the session's filesystem settings (credentials, endpoints, including those set
+            // with spark.conf.set at runtime) to the executors.
+            Configuration conf = session.sessionState().newHadoopConf();
             conf.set("parquet.read.support.class", ParquetReadSupport.class.getName());
             conf.set(ParquetReadSupport.SPARK_ROW_REQUESTED_SCHEMA(),
                      OutputColumn.storedSchema(columns).json());

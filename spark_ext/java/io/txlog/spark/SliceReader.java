@@ -9,6 +9,8 @@ import org.apache.hadoop.fs.Path;
 import org.apache.hadoop.mapred.FileSplit;
 import org.apache.hadoop.mapreduce.TaskAttemptID;
 import org.apache.hadoop.mapreduce.task.TaskAttemptContextImpl;
+import org.apache.parquet.hadoop.ParquetFileReader;
+import org.apache.parquet.hadoop.util.HadoopInputFile;
 import org.apache.spark.sql.connector.read.PartitionReader;
 import org.apache.spark.sql.execution.datasources.parquet.VectorizedParquetRecordReader;
 import org.apache.spark.sql.vectorized.ColumnVector;
@@ -36,6 +38,9 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
     private long pos;          // next row of the object to return
     private long end;          // end of the current slice (exclusive)
     private VectorizedParquetRecordReader file;
+    private String filePath;   // the object file reads
+    private String footerPath; // the object whose row count footerRows is
+    private long footerRows;
     private long batchStart;   // object row of the file reader's current batch's first row
     private int batchRows;
     private ColumnarBatch current;
@@ -53,18 +58,27 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
     @Override
     public boolean next() throws IOException {
         while (slice < 0 || pos >= end) {
-            closeFile();
             slice++;
             if (slice >= part.size()) {
+                closeFile();
                 return false;
             }
             pos = part.skips[slice];
             end = pos + part.takes[slice];
-            if (pos < end && !storedNames.isEmpty() && !openFile()) {
-                pos = end;  // gone, and failOnDataLoss=false: skip it, as the Python source does
+            if (pos >= end) {
+                continue;
+            }
+            // The runs of a compacted segment are consecutive slices of one object: read on
+            // from the current batch instead of reopening it and decoding from row 0.
+            boolean readOn = file != null && part.paths[slice].equals(filePath) && pos >= batchStart;
+            if (!readOn) {
+                closeFile();
+                if (!openFile()) {
+                    pos = end;  // gone, and failOnDataLoss=false: skipped, as format("txlog") does
+                }
             }
         }
-        if (storedNames.isEmpty()) {  // nothing stored is read: rows are counted, not decoded
+        if (storedNames.isEmpty()) {  // nothing stored is read: the footer vouched for the rows
             int rows = (int) Math.min(batchSize, end - pos);
             current = assemble(null, 0, rows);
             pos += rows;
@@ -73,11 +87,7 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
         while (batchStart + batchRows <= pos) {
             batchStart += batchRows;
             if (!nextFileBatch()) {
-                throw new IOException(
-                    "txlog: batch object " + part.paths[slice] + " has " + batchStart
-                        + " rows, but its log entry says it has at least " + end
-                        + "; the object is truncated or was replaced. Check it with "
-                        + "`txlog check`, or read with format('txlog'), which reports the object.");
+                throw truncated(batchStart);
             }
         }
         int offset = (int) (pos - batchStart);
@@ -85,6 +95,14 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
         current = assemble(file.resultBatch(), offset, rows);
         pos += rows;
         return true;
+    }
+
+    private IOException truncated(long rows) {
+        return new IOException(
+            "txlog: batch object " + part.paths[slice] + " has " + rows
+                + " rows, but its log entry says it has at least " + end
+                + "; the object is truncated or was replaced. Check it with "
+                + "`txlog check`, or read with format('txlog'), which reports the object.");
     }
 
     private boolean nextFileBatch() throws IOException {
@@ -99,12 +117,17 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
         return true;
     }
 
-    /** Opens the current slice's object; false if it is gone and may be skipped. */
+    /**
+     * Opens the current slice's object; false if it is gone and may be skipped. A query of
+     * derived columns alone reads only the footer: it still finds a missing object
+     * (failOnDataLoss) and one with fewer rows than planned, as Spark's Parquet count does.
+     */
     private boolean openFile() throws IOException {
         Path path = new Path(part.paths[slice]);
+        Configuration conf = context.getConfiguration();
         long length;
         try {
-            length = path.getFileSystem(context.getConfiguration()).getFileStatus(path).getLen();
+            length = path.getFileSystem(conf).getFileStatus(path).getLen();
         } catch (FileNotFoundException e) {
             String what = "txlog: batch object " + part.paths[slice] + " of " + part.topics[slice]
                 + "-" + part.partitions[slice] + " (offsets " + (part.bases[slice] + part.skips[slice])
@@ -117,6 +140,21 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
             LOG.warn(what + " Skipped (failOnDataLoss=false).");
             return false;
         }
+        if (storedNames.isEmpty()) {
+            if (!part.paths[slice].equals(footerPath)) {  // a segment's runs share one footer
+                try (ParquetFileReader footer =
+                         ParquetFileReader.open(HadoopInputFile.fromPath(path, conf))) {
+                    footerRows = footer.getRecordCount();
+                } catch (IOException | RuntimeException e) {
+                    throw unreadable(e);
+                }
+                footerPath = part.paths[slice];
+            }
+            if (footerRows < end) {
+                throw truncated(footerRows);
+            }
+            return true;
+        }
         VectorizedParquetRecordReader reader = new VectorizedParquetRecordReader(false, batchSize);
         try {
             reader.initialize(new FileSplit(path, 0, length, (String[]) null), context);
@@ -128,6 +166,7 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
             throw unreadable(e);
         }
         file = reader;
+        filePath = part.paths[slice];
         batchStart = 0;
         batchRows = 0;
         return true;
@@ -145,7 +184,8 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
         long firstRow = pos;
         for (int i = 0; i < out.length; i++) {
             OutputColumn c = columns.get(i);
-            ColumnVector stored = c.stored < 0 ? null : Vectors.shift(data.column(c.stored), offset);
+            ColumnVector stored = c.stored < 0 ? null
+                : Vectors.shift(data.column(c.stored), offset, rows);
             switch (c.source) {
                 case STORED:
                     out[i] = stored;

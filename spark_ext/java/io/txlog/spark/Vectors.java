@@ -12,8 +12,9 @@ final class Vectors {
     private Vectors() {
     }
 
-    static ColumnVector shift(ColumnVector base, int offset) {
-        return offset == 0 ? base : new Shifted(base, offset);
+    /** Rows [offset, offset + rows) of {@code base} (itself when that is all of it). */
+    static ColumnVector shift(ColumnVector base, int offset, int rows) {
+        return offset == 0 ? base : new Shifted(base, offset, rows);
     }
 
     /** A derived column: every accessor but its own type's fails loudly. */
@@ -50,17 +51,32 @@ final class Vectors {
     static final class Shifted extends ColumnVector {
         private final ColumnVector base;
         private final int offset;
+        private final int rows;
+        private ColumnVector[] children;
 
-        Shifted(ColumnVector base, int offset) {
+        Shifted(ColumnVector base, int offset, int rows) {
             super(base.dataType());
             this.base = base;
             this.offset = offset;
+            this.rows = rows;
         }
 
         // The file reader owns and closes the base vector.
         @Override public void close() { }
+        // The base's answer may count nulls outside the view: true is only ever a hint.
         @Override public boolean hasNull() { return base.hasNull(); }
-        @Override public int numNulls() { return base.numNulls(); }
+        @Override public int numNulls() {
+            if (!base.hasNull()) {
+                return 0;
+            }
+            int n = 0;
+            for (int i = 0; i < rows; i++) {
+                if (base.isNullAt(i + offset)) {
+                    n++;
+                }
+            }
+            return n;
+        }
         @Override public boolean isNullAt(int rowId) { return base.isNullAt(rowId + offset); }
         @Override public boolean getBoolean(int rowId) { return base.getBoolean(rowId + offset); }
         @Override public byte getByte(int rowId) { return base.getByte(rowId + offset); }
@@ -80,7 +96,14 @@ final class Vectors {
         @Override public byte[] getBinary(int rowId) { return base.getBinary(rowId + offset); }
         // A struct's fields are read at the struct's row ids: they shift alike.
         @Override public ColumnVector getChild(int ordinal) {
-            return new Shifted(base.getChild(ordinal), offset);
+            if (children == null) {
+                children = new ColumnVector[((org.apache.spark.sql.types.StructType) dataType())
+                    .size()];
+            }
+            if (children[ordinal] == null) {
+                children[ordinal] = new Shifted(base.getChild(ordinal), offset, rows);
+            }
+            return children[ordinal];
         }
     }
 
