@@ -197,7 +197,7 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
                     out[i] = new Vectors.ConstInt(c.type, part.partitions[slice]);
                     break;
                 case OFFSET:
-                    out[i] = new Vectors.Sequence(c.type, part.bases[slice] + firstRow);
+                    out[i] = new Vectors.LongSequence(c.type, part.bases[slice] + firstRow, 1);
                     break;
                 case KAFKA_TIMESTAMP:
                     out[i] = new Vectors.LongOr(c.type, stored, part.appendMs[slice] * 1000L);
@@ -206,7 +206,7 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
                     out[i] = new Vectors.NullFlag(c.type, stored);
                     break;
                 case APPEND_TIME:
-                    out[i] = new Vectors.ConstLong(c.type, part.appendMs[slice] * 1000L);
+                    out[i] = new Vectors.LongSequence(c.type, part.appendMs[slice] * 1000L, 0);
                     break;
                 default:
                     throw new IllegalStateException(c.source.toString());

@@ -129,27 +129,18 @@ final class Vectors {
         @Override public int getInt(int rowId) { return value; }
     }
 
-    static final class ConstLong extends Derived {
-        private final long value;
-
-        ConstLong(DataType type, long value) {
-            super(type);
-            this.value = value;
-        }
-
-        @Override public long getLong(int rowId) { return value; }
-    }
-
-    /** Offsets: {@code first + rowId}. */
-    static final class Sequence extends Derived {
+    /** {@code first + step * rowId}: offsets (step 1), or one append time (step 0). */
+    static final class LongSequence extends Derived {
         private final long first;
+        private final long step;
 
-        Sequence(DataType type, long first) {
+        LongSequence(DataType type, long first, long step) {
             super(type);
             this.first = first;
+            this.step = step;
         }
 
-        @Override public long getLong(int rowId) { return first + rowId; }
+        @Override public long getLong(int rowId) { return first + step * rowId; }
     }
 
     /** A record's own timestamp, or the append time where it has none (Kafka's LogAppendTime). */
