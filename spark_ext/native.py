@@ -91,6 +91,8 @@ def read(spark: SparkSession, path: str | None = None, options: dict[str, Any] |
     log = cached_log(ro)
     with PLAN_LOCK:
         plan = plan_batch(ro, log)
+    if plan.slices:
+        check_spark_can_open(spark, log.store.full_path(plan.slices[0].key))
     if engine != "sql" and plan.slices:
         from spark_ext import jvm_scan
 
@@ -103,6 +105,31 @@ def read(spark: SparkSession, path: str | None = None, options: dict[str, Any] |
                                   "(javac), or pass engine='sql'") from None
             _warn_once(f"txlog: JVM scan unavailable ({exc}); using the SQL scan")
     return plan_to_dataframe(spark, log.store, plan, fail_on_data_loss=ro.fail_on_data_loss)
+
+
+def check_spark_can_open(spark: SparkSession, url: str) -> None:
+    """Raise ConfigError now, not from a task later, when Spark's Hadoop has no filesystem
+    for the store's scheme (``s3://`` without an S3 connector, say): both engines open
+    the objects with Spark's own filesystems, not with txlog's store."""
+    scheme = url.split("://", 1)[0] if "://" in url else "file"
+    if scheme == "file":
+        return
+    try:
+        jvm = spark.sparkContext._jvm
+        conf = spark._jsparkSession.sessionState().newHadoopConf()
+    except Exception:  # Spark Connect: nothing to ask on the client; the tasks will tell
+        return
+    assert jvm is not None
+    try:
+        jvm.org.apache.hadoop.fs.FileSystem.getFileSystemClass(scheme, conf)
+    except Exception as exc:
+        cause = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(
+            f"spark_ext.read opens the batch objects with Spark's own Hadoop filesystems, "
+            f"and this Spark has none for {scheme}:// ({cause[:200]}). Add the connector "
+            "(hadoop-aws for s3a://, gcs-connector for gs://, hadoop-azure for abfss://) and "
+            "its credentials to Spark, or read with format('txlog'), which reads through "
+            "txlog's own store.") from None
 
 
 _WARNED: set[str] = set()

@@ -5,6 +5,7 @@ object when no stored column is asked for, its errors, building the jar)."""
 
 from __future__ import annotations
 
+import json
 import random
 import re
 from collections.abc import Iterator
@@ -322,3 +323,22 @@ def test_jar_is_built_once_per_source_and_pyspark(tmp_path: Path,
     mtime = first.stat().st_mtime_ns
     assert jvm_scan.jar() == first and first.stat().st_mtime_ns == mtime
     assert list((tmp_path / "cache").iterdir()) == [first]  # no temporary left behind
+
+
+@pytest.mark.s3
+def test_a_store_spark_cannot_open_is_refused_at_read(spark: Any, seaweed: Any) -> None:
+    """Both engines open the objects with Spark's Hadoop filesystems; pyspark ships no S3
+    connector, so an s3:// root fails at read() with what to do, not in a task."""
+    url = seaweed.fresh_url("jvm-scan")
+    log = txlog.connect(url, seaweed.storage_options)
+    log.create_topic("s", partitions=1)
+    p = log.producer()
+    p.send("s", b"v")
+    p.flush()
+    for engine in ("jvm", "sql"):
+        with pytest.raises(ConfigError, match=r"has none for s3://.*hadoop-aws.*format\('txlog'\)"):
+            spark_ext.read(spark, url, topic="s", storage_options=seaweed.storage_options,
+                           engine=engine)
+    df = (spark.read.format("txlog").option("path", url).option("topic", "s")
+          .option("storage_options", json.dumps(seaweed.storage_options)).load())
+    assert [bytes(r.value) for r in df.collect()] == [b"v"]
