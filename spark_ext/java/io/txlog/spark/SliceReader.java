@@ -121,30 +121,19 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
      * Opens the current slice's object; false if it is gone and may be skipped. A query of
      * derived columns alone reads only the footer: it still finds a missing object
      * (failOnDataLoss) and one with fewer rows than planned, as Spark's Parquet count does.
+     * Either way the Parquet reader's own lookup of the object is its only existence check
+     * (one request per object on a remote store, not two).
      */
     private boolean openFile() throws IOException {
         Path path = new Path(part.paths[slice]);
         Configuration conf = context.getConfiguration();
-        long length;
-        try {
-            length = path.getFileSystem(conf).getFileStatus(path).getLen();
-        } catch (FileNotFoundException e) {
-            String what = "txlog: batch object " + part.paths[slice] + " of " + part.topics[slice]
-                + "-" + part.partitions[slice] + " (offsets " + (part.bases[slice] + part.skips[slice])
-                + ".." + (part.bases[slice] + part.skips[slice] + part.takes[slice] - 1)
-                + ") is gone: retention or compaction deleted it after the read was planned.";
-            if (failOnDataLoss) {
-                throw new IOException(what + " Re-run the query, or set failOnDataLoss=false "
-                    + "to skip missing data.", e);
-            }
-            LOG.warn(what + " Skipped (failOnDataLoss=false).");
-            return false;
-        }
         if (storedNames.isEmpty()) {
             if (!part.paths[slice].equals(footerPath)) {  // a segment's runs share one footer
                 try (ParquetFileReader footer =
                          ParquetFileReader.open(HadoopInputFile.fromPath(path, conf))) {
                     footerRows = footer.getRecordCount();
+                } catch (FileNotFoundException e) {
+                    return gone(e);
                 } catch (IOException | RuntimeException e) {
                     throw unreadable(e);
                 }
@@ -157,10 +146,15 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
         }
         VectorizedParquetRecordReader reader = new VectorizedParquetRecordReader(false, batchSize);
         try {
-            reader.initialize(new FileSplit(path, 0, length, (String[]) null), context);
+            // The split covers the whole object (row groups are picked by their midpoint),
+            // so its length need not be looked up first.
+            reader.initialize(new FileSplit(path, 0, Long.MAX_VALUE, (String[]) null), context);
             // Allocates the batch nextBatch() fills, with the topic's types: an object whose
             // columns do not convert to them fails in nextBatch(), named by unreadable().
             reader.resultBatch();
+        } catch (FileNotFoundException e) {
+            reader.close();
+            return gone(e);
         } catch (IOException | InterruptedException | RuntimeException e) {
             reader.close();
             throw unreadable(e);
@@ -170,6 +164,20 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
         batchStart = 0;
         batchRows = 0;
         return true;
+    }
+
+    /** The current slice's object is gone: fail, or (failOnDataLoss=false) say false. */
+    private boolean gone(FileNotFoundException e) throws IOException {
+        String what = "txlog: batch object " + part.paths[slice] + " of " + part.topics[slice]
+            + "-" + part.partitions[slice] + " (offsets " + (part.bases[slice] + part.skips[slice])
+            + ".." + (part.bases[slice] + part.skips[slice] + part.takes[slice] - 1)
+            + ") is gone: retention or compaction deleted it after the read was planned.";
+        if (failOnDataLoss) {
+            throw new IOException(what + " Re-run the query, or set failOnDataLoss=false "
+                + "to skip missing data.", e);
+        }
+        LOG.warn(what + " Skipped (failOnDataLoss=false).");
+        return false;
     }
 
     private IOException unreadable(Exception e) {
