@@ -78,7 +78,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["read", "register"]
+    from spark_ext.writer import CommitResult
+
+__all__ = ["read", "register", "write"]
 
 
 def register(spark: SparkSession) -> None:
@@ -127,3 +129,22 @@ def read(spark: SparkSession, path: str | None = None, /,
     from spark_ext.native import read as _read
 
     return _read(spark, path, options, engine=engine, **kwargs)
+
+
+def write(df: DataFrame, path: str | None = None, /,
+          options: dict[str, Any] | None = None, *, engine: str = "auto",
+          **kwargs: Any) -> CommitResult | None:
+    """Append ``df`` to a topic in one transaction, as ``df.write.format("txlog")`` does,
+    with the same options (as keywords, like :func:`read`), in the JVM.
+
+    ``engine``: ``jvm`` (txlog's JVM writer: rows are routed and encoded by Spark's own
+    Parquet writer, never crossing to Python; a ConfigError says why when it cannot take
+    the write), ``python`` (``format("txlog")``) or ``auto`` (``jvm`` where it can,
+    else ``python``). Returns what was committed, or None from the ``python`` engine.
+    The JVM writer takes Kafka-shaped topics named by the ``topic`` option, with key and
+    value as strings or binary, an optional timestamp and an optional partition column;
+    rows with headers, typed topics and a ``topic`` column go through ``python``.
+    """
+    from spark_ext.jvm_write import write as _write
+
+    return _write(df, path, options, engine=engine, **kwargs)

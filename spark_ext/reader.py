@@ -45,7 +45,7 @@ from spark_ext.read_plan import (
 from txlog.errors import CorruptObjectError, ObjectNotFoundError, OffsetOutOfRangeError
 from txlog.partition_log import decode_parquet
 from txlog.partition_state import READ_UNCOMMITTED, PartitionState
-from txlog.records import TopicPartition
+from txlog.records import TopicPartition, with_kafka_columns
 
 if TYPE_CHECKING:
     from txlog.log import Log
@@ -145,6 +145,7 @@ def slice_table(raw: bytes, s: FileSlice, shape: OutputShape, target: pa.Schema)
         "offset": _Iota.offsets(s.start, n),
     }
     if shape.kafka_shaped:
+        table = with_kafka_columns(table, shape.data_columns)
         ts = table.column("timestamp")
         if ts.null_count:
             cols["timestampType"] = pc.if_else(pc.is_null(ts), pa.scalar(1, pa.int32()),

@@ -364,16 +364,16 @@ class Stager:
         if target.kafka_shaped:
             cols = {c: batch.column(names.index(c)) for c in KAFKA_DATA_COLUMNS if c in names}
             ts = cols.get("timestamp")
-            ms = pa.timestamp("ms", tz="UTC")
             if ts is not None:
                 # Spark timestamps are microseconds; Kafka's are milliseconds: truncate.
-                cols["timestamp"] = ts.cast(ms, safe=False)
-            else:  # the write time, as a Kafka producer stamps CreateTime
-                cols["timestamp"] = pa.repeat(pa.scalar(now_ms(), ms), batch.num_rows)
+                cols["timestamp"] = ts.cast(pa.timestamp("ms", tz="UTC"), safe=False)
             if "headers" in cols and cols["headers"].type != HEADER_TYPE:
                 cols["headers"] = _headers(cols["headers"], target.name)
             table = pa.table(cols)
-            return conform(table, KAFKA_SCHEMA, target.name, kafka_shaped=True)
+            # Rows without headers or timestamps are stored without those columns: the
+            # records have none, and readers give them the append time (records.py).
+            return conform(table, KAFKA_SCHEMA, target.name, kafka_shaped=True,
+                           omit_absent=True)
         keep = [c for c in names if c in target.schema.names]
         table = pa.table({c: batch.column(names.index(c)) for c in keep})
         for f in target.schema:

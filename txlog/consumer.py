@@ -20,7 +20,7 @@ from txlog.names import validate_id
 from txlog.offsets import encode_offset_commits, offsets_partition, read_committed_offsets
 from txlog.partition_log import AppendSpec
 from txlog.partition_state import ISOLATION_LEVELS, READ_COMMITTED, PartitionState
-from txlog.records import Record, TopicPartition, now_ms, table_to_records
+from txlog.records import Record, TopicPartition, now_ms, table_to_records, with_append_time
 from txlog.resolve import resolve_lso
 
 if TYPE_CHECKING:
@@ -198,9 +198,12 @@ class Consumer:
                 take.append(s)
                 total += s.take
             tables = plog.read_spans(take)
+            kafka = self.log.topic(tp.topic).kafka_shaped
             meta, row = [], 0
             pieces = []
             for s, t in zip(take, tables, strict=True):
+                if kafka:  # objects may leave out headers and timestamps (records.py)
+                    t = with_append_time(t, s.append_ms)
                 offsets = pa.array(range(s.start, s.stop), pa.int64())
                 t = t.append_column("topic", pa.array([tp.topic] * t.num_rows, pa.string()))
                 t = t.append_column("partition", pa.array([tp.partition] * t.num_rows,
@@ -269,8 +272,10 @@ class Consumer:
                     break
                 if b.base_offset[i] + b.count[i] <= st.log_start_offset:
                     continue
-                if b.ts_max[i] >= ts and (self.isolation_level != READ_COMMITTED
-                                          or b.status[i] in (0, 1)):
+                # A record without a timestamp has its batch's append time, which may
+                # be later than the batch's ts_max (taken when it was written).
+                visible = self.isolation_level != READ_COMMITTED or b.status[i] in (0, 1)
+                if visible and max(b.ts_max[i], b.append_ms[i]) >= ts:
                     found = self._first_at_or_after(tp, st, i, ts)
                     if found is not None:
                         break
@@ -289,8 +294,9 @@ class Consumer:
                         b.base_offset[i] + b.count[i], b.status[i], b.producer_id[i],
                         b.append_ms[i])
         t = self.log.partition_log(tp).read_span(span, ["timestamp"])
+        t = with_append_time(t, b.append_ms[i])
         for j, v in enumerate(t.column("timestamp").cast(pa.int64()).to_pylist()):
-            if v is not None and v >= ts and b.base_offset[i] + j >= st.log_start_offset:
+            if v >= ts and b.base_offset[i] + j >= st.log_start_offset:
                 return b.base_offset[i] + j
         return None
 

@@ -18,7 +18,7 @@ from txlog import layout
 from txlog.model import COMPACT, PURGE, RETENTION
 from txlog.partition_log import AppendSpec, encode_parquet
 from txlog.partition_state import VISIBLE, PartitionState, ReadSpan
-from txlog.records import TopicPartition, now_ms
+from txlog.records import TopicPartition, now_ms, with_kafka_columns
 
 if TYPE_CHECKING:
     from txlog.log import Log
@@ -157,6 +157,11 @@ def compact_partition(txlog: Log, tp: TopicPartition, report: PartitionReport | 
                 row += b.count[k]
         dropped = sum(1 for k in range(i, j) if b.status[k] not in VISIBLE)
         tables = plog.read_spans(spans) if spans else []
+        if any(not t.schema.equals(tables[0].schema) for t in tables):
+            # Kafka-shaped objects may leave out headers or timestamps (records.py): the
+            # segment has them as nulls (readers give each run's append time).
+            present = {c for t in tables for c in t.column_names}
+            tables = [with_kafka_columns(t, sorted(present)) for t in tables]
         if tables:
             seg = pa.concat_tables(tables)
             key = layout.data_key(tp.topic, tp.partition, f"seg-{uuid.uuid4().hex}")

@@ -272,7 +272,8 @@ def encode_parquet(table: pa.Table) -> bytes:
     values are not dictionary-encoded: they are rarely repeated, and trying costs as much
     CPU as the rest of the encoding."""
     dictionary: bool | list[str] = True
-    if table.schema.equals(KAFKA_SCHEMA):
+    kafka = {f.name: f for f in KAFKA_SCHEMA}
+    if "value" in table.column_names and all(kafka.get(f.name) == f for f in table.schema):
         dictionary = [c for c in table.column_names if c != "value"]
     buf = io.BytesIO()
     pq.write_table(table, buf, compression="snappy", write_statistics=False,

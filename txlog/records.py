@@ -72,11 +72,14 @@ def _header_items(h: Any) -> Iterable[tuple[str, Any]]:
     return [(k, v) for k, v in h]
 
 
-def conform(table: pa.Table, schema: pa.Schema, topic: str, *, kafka_shaped: bool) -> pa.Table:
+def conform(table: pa.Table, schema: pa.Schema, topic: str, *, kafka_shaped: bool,
+            omit_absent: bool = False) -> pa.Table:
     """Check ``table`` against a topic's schema and return it in the topic's exact types.
 
     Column order and safe casts (e.g. string -> binary for Kafka keys) are fixed up;
-    missing required columns, unknown columns and unsafe casts are errors.
+    missing required columns, unknown columns and unsafe casts are errors.  With
+    ``omit_absent``, Kafka's optional columns the table lacks stay out (see
+    OPTIONAL_KAFKA_COLUMNS) instead of being filled in.
     """
     names = set(table.column_names)
     if kafka_shaped:
@@ -86,8 +89,11 @@ def conform(table: pa.Table, schema: pa.Schema, topic: str, *, kafka_shaped: boo
                 f"(and optionally key, headers, timestamp); it has {sorted(names)}"
             )
         n = table.num_rows
-        cols = []
+        cols, fields = [], []
         for f in KAFKA_SCHEMA:
+            if f.name not in names and omit_absent and f.name in OPTIONAL_KAFKA_COLUMNS:
+                continue
+            fields.append(f)
             if f.name in names:
                 cols.append(_cast(table.column(f.name), f, topic))
             elif f.name == "timestamp":
@@ -99,7 +105,7 @@ def conform(table: pa.Table, schema: pa.Schema, topic: str, *, kafka_shaped: boo
             raise SchemaMismatchError(
                 f"topic {topic!r} (Kafka-shaped) does not take columns {sorted(extra)}"
             )
-        return pa.table(cols, schema=KAFKA_SCHEMA)
+        return pa.table(cols, schema=pa.schema(fields))
     missing = [f.name for f in schema if f.name not in names and not f.nullable]
     extra = names - set(schema.names)
     if missing or extra:
@@ -132,11 +138,51 @@ def _cast(col: pa.ChunkedArray, f: pa.Field, topic: str) -> pa.ChunkedArray:
     return col
 
 
+#: Columns a Kafka-shaped batch object may leave out: a Spark write without them stores
+#: neither, and Parquet encodes two columns where it would encode four.  No headers
+#: column: no record has headers; no timestamp column: no record has a CreateTime, and
+#: readers give the batch's append time (Kafka's LogAppendTime), as for a null timestamp.
+OPTIONAL_KAFKA_COLUMNS = ("headers", "timestamp")
+
+
+def with_kafka_columns(table: pa.Table, columns: Sequence[str] | None = None) -> pa.Table:
+    """A Kafka-shaped batch object's rows with the optional columns it left out (of
+    ``columns``, default all) added as nulls, in KAFKA_SCHEMA's order."""
+    names = table.column_names
+    wanted = KAFKA_SCHEMA.names if columns is None else columns
+    if all(c in names for c in wanted if c in OPTIONAL_KAFKA_COLUMNS):
+        return table
+    n = table.num_rows
+    cols, fields = [], []
+    for f in KAFKA_SCHEMA:
+        if f.name in names:
+            cols.append(table.column(f.name))
+            fields.append(table.schema.field(f.name))
+        elif f.name in OPTIONAL_KAFKA_COLUMNS and f.name in wanted:
+            cols.append(pa.nulls(n, f.type))
+            fields.append(f)
+    return pa.Table.from_arrays(cols, schema=pa.schema(fields))
+
+
+def with_append_time(table: pa.Table, append_ms: int) -> pa.Table:
+    """A Kafka-shaped batch's rows with every column, records without a timestamp of
+    their own given the batch's append time (as Kafka's LogAppendTime)."""
+    table = with_kafka_columns(table)
+    ts = table.column("timestamp")
+    if not ts.null_count:
+        return table
+    import pyarrow.compute as pc
+
+    filled = pc.coalesce(ts, pa.scalar(append_ms, ts.type))
+    return table.set_column(table.schema.get_field_index("timestamp"), "timestamp", filled)
+
+
 def table_to_records(table: pa.Table, topic: str, partition: int, first_offset: int,
                      *, kafka_shaped: bool, append_ms: int = 0) -> list[Record]:
     """Row objects at the edge: the table stays columnar until here."""
     n = table.num_rows
     if kafka_shaped:
+        table = with_kafka_columns(table)
         keys = table.column("key").to_pylist()
         values = table.column("value").to_pylist()
         headers = table.column("headers").to_pylist()

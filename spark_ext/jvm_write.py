@@ -1,0 +1,166 @@
+"""The JVM write: ``spark_ext.write(df, path, topic=...)``, one txlog transaction per call.
+
+``df.write.format("txlog")`` is a Python data source: every row crosses from the JVM to
+a Python worker as Arrow before it is routed and encoded, and that crossing alone costs
+about as much as Spark's whole Parquet write. Here the tasks run txlog's JVM writer
+(``io.txlog.spark.StagedWriteProvider``, built with the JVM scan, see
+:mod:`spark_ext.jvm_scan`): it routes each row to its partition (the ``partition``
+column, else Kafka's murmur2 of the key, else a sticky partition) and writes one
+Parquet object per partition with Spark's own Parquet writer into the write's staging
+folder. When the job has returned, the driver appends the staged objects and commits
+them in one transaction with the same code as ``format("txlog")``
+(:func:`spark_ext.writer.commit_staged`): the same exactly-once options
+(``txnAppId``/``txnVersion``, ``transactional.id``), the same fencing, the same sweep.
+
+Writes the JVM writer does not take (a ``topic`` column, typed topics, other column
+types), and any write where no JDK can build the jar, go through ``format("txlog")``
+with ``engine="auto"``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+from spark_ext import jvm_scan
+from spark_ext.options import options_from_kwargs
+from spark_ext.staging import READER_ONLY_COLUMNS, ROUTING_COLUMNS, StagedFile
+from spark_ext.writer import (
+    CommitResult,
+    WriteOptions,
+    commit_staged,
+    new_staging_id,
+    parse_write_options,
+    sweep,
+)
+from txlog import layout
+from txlog.errors import ConfigError, SchemaMismatchError, UnknownTopicError
+from txlog.records import now_ms
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+    from txlog.log import Log
+
+PROVIDER = "io.txlog.spark.StagedWriteProvider"
+ENGINES = ("auto", "jvm", "python")
+
+
+def write(df: DataFrame, path: str | None = None, options: dict[str, Any] | None = None,
+          *, engine: str = "auto", **kwargs: Any) -> CommitResult | None:
+    """Append ``df`` to a topic in one transaction; returns what was committed (None when
+    the write went through ``format("txlog")``, which reports nothing back)."""
+    if engine not in ENGINES:
+        raise ConfigError(f"engine={engine!r} is not one of {', '.join(ENGINES)}")
+    opts = options_from_kwargs(options, **kwargs)
+    if path is not None:
+        opts["path"] = path
+    wo = parse_write_options(opts, streaming=False)
+    lg = wo.connect()
+    why = None if engine == "python" else _unsupported(df, wo, lg)
+    if why is None and engine != "python":
+        try:
+            jvm_scan.ensure_loaded(df.sparkSession)
+        except jvm_scan.JvmScanUnavailable as exc:
+            why = f"the JVM writer is unavailable: {exc}"
+    if engine == "jvm" and why is not None:
+        raise ConfigError(f"spark_ext.write(engine='jvm'): {why}; use engine='auto' or "
+                          "'python'")
+    if engine == "python" or why is not None:
+        writer = df.write.format("txlog").mode("append")
+        for k, v in opts.items():
+            writer = writer.option(k, v)
+        writer.save()
+        return None
+    return _write_jvm(df, wo, lg)
+
+
+def _unsupported(df: DataFrame, wo: WriteOptions, lg: Log) -> str | None:
+    """Why the JVM writer cannot take this write (None: it can)."""
+    from pyspark.sql.types import BinaryType, IntegralType, StringType, TimestampType
+
+    if wo.topic is None:
+        return "the rows name their topics (a 'topic' column, no 'topic' option)"
+    if not lg.topic(wo.topic).kafka_shaped:
+        return f"topic {wo.topic!r} is typed"
+    fields = {f.name: f.dataType for f in df.schema.fields}
+    # The topic option wins over a topic column, and the reader's own columns are
+    # dropped, as in format("txlog").
+    known = {"key", "value", "timestamp", "partition", *ROUTING_COLUMNS, *READER_ONLY_COLUMNS}
+    if "headers" in fields:
+        # Spark's header keys may be null where txlog's may not: format("txlog") checks.
+        return "the rows have headers"
+    unknown = sorted(set(fields) - known)
+    if unknown or "value" not in fields:
+        return f"the columns are {sorted(fields)}"
+    for name in ("key", "value"):
+        if name in fields and not isinstance(fields[name], (BinaryType, StringType)):
+            return f"column {name!r} is {fields[name].simpleString()}"
+    if "timestamp" in fields and not isinstance(fields["timestamp"], TimestampType):
+        return f"column 'timestamp' is {fields['timestamp'].simpleString()}"
+    if "partition" in fields and not isinstance(fields["partition"], IntegralType):
+        raise SchemaMismatchError(
+            f"the 'partition' column must be an integer type, not "
+            f"{fields['partition'].simpleString()}")
+    return None
+
+
+def _projected(df: DataFrame) -> DataFrame:
+    """The columns the JVM writer takes, in its order: key, value, timestamp when the
+    DataFrame has one, then partition. Strings stay strings (the writer stores
+    their UTF-8 bytes, as a cast to binary would, without a cast per row)."""
+    from pyspark.sql.types import LongType
+
+    types = {f.name: f.dataType for f in df.schema.fields}
+    exprs = ["`key`" if "key" in types else "CAST(NULL AS BINARY) AS `key`", "`value`"]
+    if "timestamp" in types:
+        exprs.append("`timestamp`")
+    if "partition" in types:  # longs are range-checked as longs, in the writer
+        exprs.append("`partition`" if isinstance(types["partition"], LongType)
+                     else "CAST(`partition` AS INT) AS `partition`")
+    return df.selectExpr(*exprs)
+
+
+def _write_jvm(df: DataFrame, wo: WriteOptions, lg: Log) -> CommitResult:
+    assert wo.topic is not None
+    info = lg.topic(wo.topic)
+    txn = new_staging_id()
+    prefix = layout.staging_prefix(wo.topic, txn)
+    writer = (_projected(df).write.format(PROVIDER).mode("append")
+              .option("txlog.topic", wo.topic)
+              .option("txlog.partitions", str(info.partitions))
+              .option("txlog.staging", txn)
+              # full_path() takes object keys: the folder's URL is its first object's, cut.
+              .option("txlog.prefixUrl", lg.store.full_path(prefix + "x")[:-1])
+              .option("txlog.prefixKey", prefix)
+              .option("txlog.partitioner", wo.partitioner)
+              .option("txlog.fileBytes", str(wo.file_bytes))
+              # a local store's own setting: sync each object before the commit
+              .option("txlog.fsync", str(bool(getattr(lg.store, "fsync", True))).lower()))
+    jvm = df.sparkSession.sparkContext._jvm
+    assert jvm is not None
+    try:
+        writer.save()
+    except BaseException as exc:
+        jvm.io.txlog.spark.StagedWrites.take(txn)
+        sweep(lg, [prefix])  # nothing was appended: every staged object goes
+        bad = re.search(r"txlog: (topic '[^']*' has partitions [^\n]*?column\))", str(exc))
+        if bad:
+            raise UnknownTopicError(bad.group(1)) from None
+        raise
+    reported = jvm.io.txlog.spark.StagedWrites.take(txn)
+    files = parse_staged(reported or "")
+    return commit_staged(wo, files, [txn], [wo.topic], app_id=wo.app_id,
+                         app_version=wo.app_version, lg=lg)
+
+
+def parse_staged(text: str) -> list[StagedFile]:
+    """The JVM writer's report: one staged object per line (see StagedWriter.closeFile)."""
+    files = []
+    now = now_ms()
+    for line in text.splitlines():
+        topic, part, key, rows, nbytes, lo, hi, task, seq = line.split("\t")
+        ts_min, ts_max = (int(lo), int(hi)) if int(lo) >= 0 else (now, now)
+        files.append(StagedFile(topic, int(part), key, int(rows), int(nbytes), ts_min, ts_max,
+                                int(task), int(seq)))
+    return files

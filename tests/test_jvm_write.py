@@ -1,0 +1,231 @@
+"""The JVM writer (``spark_ext.write``, spark_ext/jvm_write.py + StagedWriteProvider):
+rows routed and encoded in the JVM, committed by the driver as one transaction.
+
+Each test compares it with what ``format("txlog")`` (the Python engine) writes for the
+same rows, and reads the result back with the consumer and every Spark read path.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import spark_ext
+import txlog
+from spark_ext import jvm_scan
+from txlog.errors import ConfigError, UnknownTopicError
+from txlog.maintenance import compact_partition
+from txlog.partitioner import partition_for_key
+from txlog.records import Record, TopicPartition
+
+pytestmark = pytest.mark.spark
+
+
+def consume(lg: txlog.Log, topic: str) -> list[Record]:
+    c = lg.consumer(isolation_level="read_committed")
+    c.assign(lg.partitions_for(topic))
+    c.seek_to_beginning()
+    out: list[Record] = []
+    while got := c.poll(max_records=100_000):
+        out.extend(got)
+    return out
+
+
+def by_partition(recs: list[Record]) -> dict[int, list[tuple[Any, Any]]]:
+    """Each partition's (key, value) in offset order."""
+    out: dict[int, list[tuple[Any, Any]]] = {}
+    for r in sorted(recs, key=lambda r: (r.partition, r.offset)):
+        out.setdefault(r.partition, []).append((r.key, r.value))
+    return out
+
+
+def staged(root: str, topic: str) -> set[str]:
+    base = Path(root) / "topics" / topic / "_staging"
+    return {str(p.relative_to(root)) for p in base.rglob("*") if p.is_file()} \
+        if base.exists() else set()
+
+
+def referenced(lg: txlog.Log, topic: str) -> set[str]:
+    return {d for tp in lg.partitions_for(topic)
+            for d in lg.partition_log(tp).refresh().batches.data}
+
+
+def spark_rows(df: Any) -> list[tuple[Any, ...]]:
+    return sorted((r.partition, r.offset, r.key, r.value, r.timestamp, r.timestampType)
+                  for r in df.select("partition", "offset", "key", "value", "timestamp",
+                                     "timestampType").collect())
+
+
+def test_rows_land_where_format_txlog_puts_them(spark: Any, tmp_path: Path) -> None:
+    """String and binary keys, null and empty keys, string values: the JVM writer puts
+    each row in the partition and position the Python engine does, in one transaction,
+    and every reader sees the same records."""
+    root = str(tmp_path / "lake")
+    lg = txlog.connect(root)
+    for t in ("jvm", "py"):
+        lg.create_topic(t, partitions=5)
+    df = spark.range(0, 600, numPartitions=2).selectExpr(
+        "CASE WHEN id % 10 = 3 THEN NULL WHEN id % 10 = 7 THEN '' "
+        "ELSE concat('user-', id % 37) END AS key",
+        "concat('v', id) AS value")
+    res = spark_ext.write(df, root, topic="jvm", engine="jvm")
+    assert res is not None and res.rows == 600 and not res.skipped
+    assert spark_ext.write(df, root, topic="py", engine="python") is None
+
+    recs = consume(lg, "jvm")
+    assert sorted(r.value for r in recs) == sorted(f"v{i}".encode() for i in range(600))
+    for r in recs:
+        if r.key:
+            assert r.partition == partition_for_key(r.key, 5)  # Kafka's murmur2
+        assert r.headers == []
+    # Same rows, same partitions, same order within each partition as format("txlog").
+    assert by_partition(recs) == by_partition(consume(lg, "py"))
+    # One transaction, and the log references the staged objects themselves.
+    owners = {(b.producer_id[i], b.epoch[i]) for tp in lg.partitions_for("jvm")
+              for b in [lg.partition_log(tp).refresh().batches] for i in range(len(b))}
+    assert len(owners) == 1
+    assert staged(root, "jvm") == referenced(lg, "jvm")
+
+    # No timestamp column: no CreateTime; every reader gives the batch's append time.
+    appended = {}
+    for tp in lg.partitions_for("jvm"):
+        st = lg.partition_log(tp).refresh()
+        for i in range(len(st.batches)):
+            first = st.batches.base_offset[i]
+            for o in range(first, first + st.batches.count[i]):
+                appended[(tp.partition, o)] = st.batches.append_ms[i]
+    assert all(r.timestamp == appended[(r.partition, r.offset)] for r in recs)
+    expected = sorted((r.partition, r.offset, r.key, r.value) for r in recs)
+    for engine in ("jvm", "sql"):
+        got = spark_rows(spark_ext.read(spark, root, topic="jvm", engine=engine))
+        assert [g[:4] for g in got] == expected, engine
+        assert all(g[5] == 1 and int(g[4].timestamp() * 1000) == appended[g[:2]]
+                   for g in got), engine
+    got = spark_rows(spark.read.format("txlog").option("path", root).option("topic", "jvm")
+                     .load())
+    assert [g[:4] for g in got] == expected
+
+
+def test_timestamps_and_partition_columns(spark: Any, tmp_path: Path) -> None:
+    root = str(tmp_path / "lake")
+    lg = txlog.connect(root)
+    lg.create_topic("t", partitions=4)
+    df = spark.range(0, 200, numPartitions=2).selectExpr(
+        "cast(concat('k', id) AS binary) AS key", "cast(concat('v', id) AS binary) AS value",
+        "timestamp_micros(1700000000000000 + id * 1001) AS timestamp",
+        # Long partitions, some null (routed by key), as a Spark job may compute them.
+        "CASE WHEN id % 5 = 0 THEN NULL ELSE id % 4 END AS partition")
+    spark_ext.write(df, root, topic="t", engine="jvm")
+    recs = consume(lg, "t")
+    assert len(recs) == 200
+    for r in recs:
+        i = int(r.value[1:])
+        assert r.timestamp == (1_700_000_000_000_000 + i * 1001) // 1000  # ms, truncated
+        assert r.partition == (partition_for_key(r.key, 4) if i % 5 == 0 else i % 4)
+    got = spark_rows(spark_ext.read(spark, root, topic="t", engine="jvm"))
+    assert {g[5] for g in got} == {0}  # CreateTime
+    c = lg.consumer()
+    tp = TopicPartition("t", 1)
+    c.assign([tp])
+    first = min((r for r in recs if r.partition == 1), key=lambda r: r.offset)
+    assert c.offsets_for_times({tp: first.timestamp})[tp] == first.offset
+
+    # A partition the topic lacks fails the write; nothing is visible or left staged.
+    before = {tp: lg.partition_log(tp).refresh().high_watermark for tp in lg.partitions_for("t")}
+    bad = spark.range(0, 50, numPartitions=2).selectExpr(
+        "'v' AS value", "cast(IF(id = 41, 9, 1) AS int) AS partition")
+    with pytest.raises(UnknownTopicError, match=r"partitions 0\.\.3, not 9"):
+        spark_ext.write(bad, root, topic="t", engine="jvm")
+    assert {tp: lg.partition_log(tp).refresh().high_watermark
+            for tp in lg.partitions_for("t")} == before
+    assert staged(root, "t") == referenced(lg, "t")
+
+
+def test_txn_app_version_reruns_commit_nothing(spark: Any, tmp_path: Path) -> None:
+    root = str(tmp_path / "lake")
+    lg = txlog.connect(root)
+    lg.create_topic("backfill", partitions=3)
+
+    def chunk(v: int) -> Any:
+        return spark.range(v * 100, v * 100 + 50, numPartitions=2).selectExpr(
+            "cast(id as string) as key", "cast(id as string) as value")
+
+    results = [spark_ext.write(chunk(v), root, topic="backfill", engine="jvm",
+                               txnAppId="daily", txnVersion=str(v)) for v in (1, 2, 1, 2, 0)]
+    assert [bool(r and r.skipped) for r in results] == [False, False, True, True, True]
+    values = sorted(int(r.value) for r in consume(lg, "backfill"))
+    assert values == list(range(100, 150)) + list(range(200, 250))
+    assert staged(root, "backfill") == referenced(lg, "backfill")
+
+
+def test_a_failed_task_leaves_nothing(spark: Any, tmp_path: Path) -> None:
+    root = str(tmp_path / "lake")
+    lg = txlog.connect(root)
+    lg.create_topic("f", partitions=3)
+    df = spark.range(0, 400, numPartitions=2).selectExpr(
+        "cast(id AS string) AS key",
+        "IF(id = 350, raise_error('boom at 350'), cast(id AS string)) AS value")
+    with pytest.raises(Exception, match="boom at 350"):
+        spark_ext.write(df, root, topic="f", engine="jvm")
+    assert all(lg.partition_log(tp).refresh().high_watermark == 0
+               for tp in lg.partitions_for("f"))
+    assert staged(root, "f") == set()
+
+
+def test_writes_the_jvm_writer_does_not_take(spark: Any, tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """auto goes through format("txlog"); jvm says why."""
+    import pyarrow as pa
+
+    root = str(tmp_path / "lake")
+    lg = txlog.connect(root)
+    lg.create_topic("k", partitions=2)
+    lg.create_topic("typed", partitions=2, schema=pa.schema([pa.field("id", pa.int64())]))
+    headers = spark.range(0, 10).selectExpr(
+        "cast(id AS string) AS value",
+        "array(named_struct('key', 'h', 'value', cast('x' AS binary))) AS headers")
+    typed = spark.range(0, 10).selectExpr("id")
+    for df, topic, why in ((headers, "k", "the rows have headers"),
+                           (typed, "typed", "topic 'typed' is typed")):
+        with pytest.raises(ConfigError, match=why):
+            spark_ext.write(df, root, topic=topic, engine="jvm")
+        assert spark_ext.write(df, root, topic=topic) is None  # auto: format("txlog")
+    assert [r.headers for r in consume(lg, "k")] == [[("h", b"x")]] * 10
+    assert sorted(r.value["id"] for r in consume(lg, "typed")) == list(range(10))
+
+    def no_jdk(spark: Any) -> None:
+        raise jvm_scan.JvmScanUnavailable("no javac (a JDK 17+) on the PATH or in JAVA_HOME")
+
+    monkeypatch.setattr(jvm_scan, "ensure_loaded", no_jdk)
+    plain = spark.range(0, 10).selectExpr("cast(id AS string) AS value")
+    with pytest.raises(ConfigError, match="JVM writer is unavailable: no javac"):
+        spark_ext.write(plain, root, topic="k", engine="jvm")
+    assert spark_ext.write(plain, root, topic="k") is None
+    assert len(consume(lg, "k")) == 20
+
+
+def test_compaction_merges_objects_with_and_without_timestamps(spark: Any,
+                                                              tmp_path: Path) -> None:
+    """A segment of batches with and without timestamp columns keeps every record's
+    timestamp: its own, or its batch's append time."""
+    root = str(tmp_path / "lake")
+    lg = txlog.connect(root)
+    lg.create_topic("m", partitions=1)
+    plain = spark.range(0, 30, numPartitions=1).selectExpr("cast(id AS string) AS value")
+    stamped = spark.range(30, 60, numPartitions=1).selectExpr(
+        "cast(id AS string) AS value", "timestamp_millis(1000 + id) AS timestamp")
+    spark_ext.write(plain, root, topic="m", engine="jvm")
+    spark_ext.write(stamped, root, topic="m", engine="python")
+    spark_ext.write(plain, root, topic="m", engine="python")
+    before = [(r.offset, r.value, r.timestamp) for r in consume(lg, "m")]
+    spark_before = spark_rows(spark_ext.read(spark, root, topic="m"))
+    report = compact_partition(lg, TopicPartition("m", 0))
+    assert report.compacted_batches == 3
+    fresh = txlog.connect(root)
+    assert len(fresh.partition_log(TopicPartition("m", 0)).refresh().batches) == 3  # runs
+    assert [(r.offset, r.value, r.timestamp) for r in consume(fresh, "m")] == before
+    for engine in ("jvm", "sql"):
+        assert spark_rows(spark_ext.read(spark, root, topic="m", engine=engine)) \
+            == spark_before, engine
