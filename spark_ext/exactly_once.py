@@ -34,6 +34,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import spark_ext
 from spark_ext.writer import SEND_OFFSETS_OPTION, SendOffsets
 from txlog.errors import ConfigError, OffsetOutOfRangeError
 from txlog.names import validate_id, validate_topic
@@ -162,11 +163,12 @@ def run(spark: SparkSession, *, path: str, source_topic: str, sink_topic: str, g
         df = _read(spark, path, storage_options, source_topic, start, end, native)
         out = transform(df)
         send = SendOffsets(group_id, start, end)
-        w = (out.write.format("txlog").option("path", path).option("topic", sink_topic)
-             .option("transactional.id", tid).option(SEND_OFFSETS_OPTION, send.to_json()))
+        opts = {"topic": sink_topic, "transactional.id": tid,
+                SEND_OFFSETS_OPTION: send.to_json()}
         if storage_options:
-            w = w.option("storage_options", json.dumps(dict(storage_options)))
-        w.mode("append").save()
+            opts["storage_options"] = json.dumps(dict(storage_options))
+        # The JVM writer where Spark can write the store itself, else format("txlog").
+        spark_ext.write(out, path, opts)
         after = lg.consumer(group_id=group_id).committed(list(end))
         rnd = Round(len(result.rounds) + 1, start, end,
                     committed=all(after[tp] == end[tp] for tp in end))

@@ -23,9 +23,11 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from spark_ext import jvm_scan
+from spark_ext.native import _warn_once, check_spark_can_open
 from spark_ext.options import options_from_kwargs
 from spark_ext.staging import READER_ONLY_COLUMNS, ROUTING_COLUMNS, StagedFile
 from spark_ext.writer import (
+    WRITE_OPTIONS,
     CommitResult,
     WriteOptions,
     commit_staged,
@@ -52,7 +54,7 @@ def write(df: DataFrame, path: str | None = None, options: dict[str, Any] | None
     the write went through ``format("txlog")``, which reports nothing back)."""
     if engine not in ENGINES:
         raise ConfigError(f"engine={engine!r} is not one of {', '.join(ENGINES)}")
-    opts = options_from_kwargs(options, **kwargs)
+    opts = options_from_kwargs(options, known=WRITE_OPTIONS, **kwargs)
     if path is not None:
         opts["path"] = path
     wo = parse_write_options(opts, streaming=False)
@@ -60,9 +62,18 @@ def write(df: DataFrame, path: str | None = None, options: dict[str, Any] | None
     why = None if engine == "python" else _unsupported(df, wo, lg)
     if why is None and engine != "python":
         try:
+            check_spark_can_open(df.sparkSession, lg.store.full_path("x"),
+                                 who="spark_ext.write writes",
+                                 instead="write with format('txlog'), which writes")
+        except ConfigError as exc:
+            why = str(exc)
+    if why is None and engine != "python":
+        try:
             jvm_scan.ensure_loaded(df.sparkSession)
         except jvm_scan.JvmScanUnavailable as exc:
             why = f"the JVM writer is unavailable: {exc}"
+            if engine == "auto":
+                _warn_once(f"spark_ext.write: {why}; writing with format('txlog')")
     if engine == "jvm" and why is not None:
         raise ConfigError(f"spark_ext.write(engine='jvm'): {why}; use engine='auto' or "
                           "'python'")

@@ -107,7 +107,8 @@ def read(spark: SparkSession, path: str | None = None, options: dict[str, Any] |
     return plan_to_dataframe(spark, log.store, plan, fail_on_data_loss=ro.fail_on_data_loss)
 
 
-def check_spark_can_open(spark: SparkSession, url: str) -> None:
+def check_spark_can_open(spark: SparkSession, url: str, *, who: str = "spark_ext.read opens",
+                         instead: str = "read with format('txlog'), which reads") -> None:
     """Raise ConfigError now, not from a task later, when Spark's Hadoop has no filesystem
     for the store's scheme (``s3://`` without an S3 connector, say): both engines open
     the objects with Spark's own filesystems, not with txlog's store."""
@@ -125,11 +126,10 @@ def check_spark_can_open(spark: SparkSession, url: str) -> None:
     except Exception as exc:
         cause = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
         raise ConfigError(
-            f"spark_ext.read opens the batch objects with Spark's own Hadoop filesystems, "
+            f"{who} the batch objects with Spark's own Hadoop filesystems, "
             f"and this Spark has none for {scheme}:// ({cause[:200]}). Add the connector "
             "(hadoop-aws for s3a://, gcs-connector for gs://, hadoop-azure for abfss://) and "
-            "its credentials to Spark, or read with format('txlog'), which reads through "
-            "txlog's own store.") from None
+            f"its credentials to Spark, or {instead} through txlog's own store.") from None
 
 
 _WARNED: set[str] = set()

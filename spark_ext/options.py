@@ -479,13 +479,13 @@ def check_query_kind(ro: ReadOptions, streaming: bool) -> None:
             "option 'endingOffsets': -2 (earliest) is not allowed in batch queries")
 
 
-def options_from_kwargs(options: Mapping[str, Any] | None = None, **kwargs: Any,
-                        ) -> dict[str, str]:
+def options_from_kwargs(options: Mapping[str, Any] | None = None, *,
+                        known: Iterable[str] = READ_OPTIONS, **kwargs: Any) -> dict[str, str]:
     """Python-call options (``spark_ext.read(spark, isolation_level=..., storage_options={})``)
     as the string options Spark would pass.  ``x_y`` keywords map to dotted names where a
-    dotted option exists (``isolation_level`` -> ``isolation.level``)."""
+    dotted option in ``known`` exists (``isolation_level`` -> ``isolation.level``)."""
     merged: dict[str, Any] = dict(options or {})
-    dotted = {n.replace(".", "_").lower(): n for n in READ_OPTIONS if "." in n}
+    dotted = {n.replace(".", "_").lower(): n for n in known if "." in n}
     for k, v in kwargs.items():
         merged[dotted.get(k.lower(), k)] = v
     out: dict[str, str] = {}

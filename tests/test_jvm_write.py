@@ -202,7 +202,8 @@ def test_writes_the_jvm_writer_does_not_take(spark: Any, tmp_path: Path,
     plain = spark.range(0, 10).selectExpr("cast(id AS string) AS value")
     with pytest.raises(ConfigError, match="JVM writer is unavailable: no javac"):
         spark_ext.write(plain, root, topic="k", engine="jvm")
-    assert spark_ext.write(plain, root, topic="k") is None
+    with pytest.warns(RuntimeWarning, match="JVM writer is unavailable: no javac"):
+        assert spark_ext.write(plain, root, topic="k") is None
     assert len(consume(lg, "k")) == 20
 
 
@@ -229,3 +230,20 @@ def test_compaction_merges_objects_with_and_without_timestamps(spark: Any,
     for engine in ("jvm", "sql"):
         assert spark_rows(spark_ext.read(spark, root, topic="m", engine=engine)) \
             == spark_before, engine
+
+
+def test_a_store_spark_cannot_open_goes_through_format_txlog(spark: Any, seaweed: Any) -> None:
+    """pyspark ships no S3 connector: auto writes through txlog's own store instead, and
+    engine='jvm' says what to add, before any task runs."""
+    url = seaweed.fresh_url("jvm-write")
+    lg = txlog.connect(url, seaweed.storage_options)
+    lg.create_topic("s", partitions=2)
+    df = spark.range(0, 20, numPartitions=2).selectExpr("cast(id AS string) AS value")
+    with pytest.raises(ConfigError, match=r"spark_ext.write writes .* has none for s3://.*"
+                                          r"hadoop-aws.*write with format\('txlog'\)"):
+        spark_ext.write(df, url, topic="s", engine="jvm",
+                        storage_options=seaweed.storage_options)
+    assert all(lg.partition_log(tp).refresh().high_watermark == 0
+               for tp in lg.partitions_for("s"))
+    assert spark_ext.write(df, url, topic="s", storage_options=seaweed.storage_options) is None
+    assert sorted(int(r.value) for r in consume(lg, "s")) == list(range(20))
