@@ -171,7 +171,7 @@ def parse_staged(text: str) -> list[StagedFile]:
     now = now_ms()
     for line in text.splitlines():
         topic, part, key, rows, nbytes, lo, hi, task, seq = line.split("\t")
-        ts_min, ts_max = (int(lo), int(hi)) if int(lo) >= 0 else (now, now)
+        ts_min, ts_max = (int(lo), int(hi)) if lo else (now, now)
         files.append(StagedFile(topic, int(part), key, int(rows), int(nbytes), ts_min, ts_max,
                                 int(task), int(seq)))
     return files

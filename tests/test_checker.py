@@ -252,6 +252,18 @@ def test_torn_transaction_with_unknown_outcome() -> None:
     assert torn.data == {"seen": ["w2"], "missing": ["w1"]}
 
 
+def test_idempotent_sends_in_separate_batches_may_land_apart() -> None:
+    """Without a transaction, sends the linger thread may put in separate batches are not
+    atomic (torture seed 1319, local: one landed, the next failed); one batch is."""
+    for atomic, expected in ((False, {}), (True, {checker.TORN_TXN: 1})):
+        ops = clean_history()
+        t = txn("I1", UNKNOWN, [("b", 0, "w1"), ("b", 0, "w2")])
+        t.value.update(txn_id=None, mode="idempotent", atomic=atomic)
+        ops.append(t)
+        find(ops, "final-read_committed").value["records"].append(["b", 0, 0, "w1"])
+        assert kinds(ops) == expected, atomic
+
+
 def test_stuck_lso() -> None:
     ops = clean_history()
     find(ops, "final-state").value["partitions"]["a:1"]["lso"] = 1

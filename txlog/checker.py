@@ -44,7 +44,8 @@ Anomalies (``Anomaly.kind``):
 * ``poll_skip``: a read_committed poll moved its position past a committed value without
   returning it;
 * ``read_past_lso``: a read_committed poll returned an offset at or past the LSO;
-* ``torn_txn``: a transaction visible on some of its partitions (or values) only;
+* ``torn_txn``: a transaction (or an idempotent send of one batch) visible on some of its
+  partitions (or values) only;
 * ``stuck_lso``: after the final sweep a partition's LSO is below its high watermark;
 * ``unexpected_error``: see above;
 * ``hung_client``: a ``worker_exit`` operation with ``"hung": true`` (a client process
@@ -293,7 +294,7 @@ class _Checker:
                          f"transaction {t.id} ({t.value.get('txn_id')}) failed "
                          f"({t.error}) but {len(seen)} of its values are committed: {seen[:5]}",
                          [t], values=seen)
-            if seen and missing:
+            if seen and missing and t.value.get("atomic", True):
                 self.add(TORN_TXN,
                          f"transaction {t.id} ({t.value.get('txn_id')}, outcome {t.outcome}) "
                          f"is partly visible: {len(seen)} of {len(vals)} values; missing "

@@ -359,10 +359,14 @@ class Worker:
                                            if t != self.spec.get("out_topic")))
             partition = self.rng.randrange(self.topics[topic])
             values = [f"{self.proc}:{n}:{i}" for i in range(self.rng.randint(1, 3))]
+            # Sends left to the linger thread may land in separate batches, and without a
+            # transaction one of them may land while another fails: not atomic.
+            single = not (linger and self.rng.random() < 0.5)
             oid = self.rec.invoke("txn", {"txn_id": None, "mode": "idempotent",
+                                          "atomic": single,
                                           "sends": [[topic, partition, v] for v in values]})
             try:
-                if linger and self.rng.random() < 0.5:
+                if not single:
                     futs = [prod.send(topic, v.encode(), partition=partition) for v in values]
                     for f in futs:
                         f.get(timeout=60)  # written by the linger thread

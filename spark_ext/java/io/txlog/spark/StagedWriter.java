@@ -206,11 +206,12 @@ final class StagedWriter implements DataWriter<InternalRow> {
             size = fs.getFileStatus(path).getLen();
         }
         boolean hasTs = tsMin[p] <= tsMax[p];
-        // topic, partition, key, rows, bytes, ts min, ts max (-1: none), task, sequence
+        // topic, partition, key, rows, bytes, ts min, ts max (both empty: none), task, sequence
         done.append(spec.topic).append('\t').append(p).append('\t')
             .append(spec.prefixKey).append(openName[p]).append('\t')
             .append(rows[p]).append('\t').append(size).append('\t')
-            .append(hasTs ? tsMin[p] : -1).append('\t').append(hasTs ? tsMax[p] : -1).append('\t')
+            .append(hasTs ? Long.toString(tsMin[p]) : "").append('\t')
+            .append(hasTs ? Long.toString(tsMax[p]) : "").append('\t')
             .append(task).append('\t').append(openSeq[p]).append('\n');
     }
 
