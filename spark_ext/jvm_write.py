@@ -29,7 +29,9 @@ from spark_ext.staging import READER_ONLY_COLUMNS, ROUTING_COLUMNS, StagedFile
 from spark_ext.writer import (
     WRITE_OPTIONS,
     CommitResult,
+    TxlogCommitMessage,
     WriteOptions,
+    abort_staged,
     commit_staged,
     new_staging_id,
     parse_write_options,
@@ -161,8 +163,14 @@ def _write_jvm(df: DataFrame, wo: WriteOptions, lg: Log) -> CommitResult:
         raise
     reported = jvm.io.txlog.spark.StagedWrites.take(txn)
     files = parse_staged(reported or "")
-    return commit_staged(wo, files, [txn], [wo.topic], app_id=wo.app_id,
-                         app_version=wo.app_version, lg=lg)
+    try:
+        return commit_staged(wo, files, [txn], [wo.topic], app_id=wo.app_id,
+                             app_version=wo.app_version, lg=lg)
+    except BaseException:
+        # As Spark aborts a format("txlog") job whose commit failed: settle this write's
+        # own transaction if it had started appending, and sweep what it did not list.
+        abort_staged(wo, [TxlogCommitMessage(txn, files, 0, 0)], [txn], [wo.topic])
+        raise
 
 
 def parse_staged(text: str) -> list[StagedFile]:

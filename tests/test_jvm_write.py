@@ -209,24 +209,45 @@ def test_writes_the_jvm_writer_does_not_take(spark: Any, tmp_path: Path,
 
 def test_compaction_merges_objects_with_and_without_timestamps(spark: Any,
                                                               tmp_path: Path) -> None:
-    """A segment of batches with and without timestamp columns keeps every record's
-    timestamp: its own, or its batch's append time."""
+    """A partition and its compacted segment of batches with and without timestamp
+    columns (one from a non-null timestamp expression, one from a producer) keep every
+    record's timestamp, its own or its batch's append time, and time lookups agree."""
     root = str(tmp_path / "lake")
     lg = txlog.connect(root)
     lg.create_topic("m", partitions=1)
     plain = spark.range(0, 30, numPartitions=1).selectExpr("cast(id AS string) AS value")
-    stamped = spark.range(30, 60, numPartitions=1).selectExpr(
-        "cast(id AS string) AS value", "timestamp_millis(1000 + id) AS timestamp")
+
+    def stamped(base: int) -> Any:
+        return spark.range(30, 60, numPartitions=1).selectExpr(
+            "cast(id AS string) AS value", f"timestamp_millis({base} + id) AS timestamp")
+
+    spark_ext.write(stamped(1000), root, topic="m", engine="python")
+    spark_ext.write(stamped(2000), root, topic="m", engine="jvm")  # a non-null column
     spark_ext.write(plain, root, topic="m", engine="jvm")
-    spark_ext.write(stamped, root, topic="m", engine="python")
     spark_ext.write(plain, root, topic="m", engine="python")
+    p = lg.producer()
+    p.send("m", b"60", timestamp_ms=5_000)
+    p.flush()
     before = [(r.offset, r.value, r.timestamp) for r in consume(lg, "m")]
+    assert len(before) == 121
+    tp = TopicPartition("m", 0)
+    # The first record at or after each time, in offset order (commit markers take
+    # offsets too): inside the first batch, inside the second, the third's first.
+    wanted = {ts: next(o for o, _, t in before if t >= ts) for ts in (1_040, 2_040, 5_000)}
+    assert wanted == {1_040: 10, 2_040: 41, 5_000: 62}
+    c = lg.consumer()
+    c.assign([tp])
+    assert {ts: c.offsets_for_times({tp: ts})[tp] for ts in wanted} == wanted
     spark_before = spark_rows(spark_ext.read(spark, root, topic="m"))
-    report = compact_partition(lg, TopicPartition("m", 0))
-    assert report.compacted_batches == 3
+
+    report = compact_partition(lg, tp)
+    assert report.compacted_batches == 5
     fresh = txlog.connect(root)
-    assert len(fresh.partition_log(TopicPartition("m", 0)).refresh().batches) == 3  # runs
+    assert len(fresh.partition_log(tp).refresh().batches) == 5  # runs of one segment
     assert [(r.offset, r.value, r.timestamp) for r in consume(fresh, "m")] == before
+    c = fresh.consumer()
+    c.assign([tp])
+    assert {ts: c.offsets_for_times({tp: ts})[tp] for ts in wanted} == wanted
     for engine in ("jvm", "sql"):
         assert spark_rows(spark_ext.read(spark, root, topic="m", engine=engine)) \
             == spark_before, engine

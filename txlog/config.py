@@ -38,7 +38,7 @@ DEFAULTS: dict[str, tuple[Any, type, str]] = {
 }
 # TXLOG_* variables that are not configuration keys.
 NON_CONFIG_ENV = frozenset({"TXLOG_CONF", "TXLOG_ROOT", "TXLOG_STORAGE_OPTIONS",
-                            "TXLOG_CRASH_AT"})
+                            "TXLOG_CRASH_AT", "TXLOG_CACHE_DIR"})
 TOPIC_KEYS = frozenset({"retention.ms", "retention.bytes", "segment.bytes",
                         "checkpoint.interval.batches", "file.delete.delay.ms"})
 

@@ -292,7 +292,7 @@ class Consumer:
 
         span = ReadSpan(b.data[i], b.base_offset[i], b.count[i], b.base_offset[i],
                         b.base_offset[i] + b.count[i], b.status[i], b.producer_id[i],
-                        b.append_ms[i])
+                        b.append_ms[i], b.row[i])  # its run's rows, in a compacted segment
         t = self.log.partition_log(tp).read_span(span, ["timestamp"])
         t = with_append_time(t, b.append_ms[i])
         for j, v in enumerate(t.column("timestamp").cast(pa.int64()).to_pylist()):

@@ -157,7 +157,8 @@ def compact_partition(txlog: Log, tp: TopicPartition, report: PartitionReport | 
                 row += b.count[k]
         dropped = sum(1 for k in range(i, j) if b.status[k] not in VISIBLE)
         tables = plog.read_spans(spans) if spans else []
-        if any(not t.schema.equals(tables[0].schema) for t in tables):
+        if txlog.topic(tp.topic).kafka_shaped and any(
+                not t.schema.equals(tables[0].schema) for t in tables):
             # Kafka-shaped objects may leave out headers or timestamps (records.py): the
             # segment has them as nulls (readers give each run's append time).
             present = {c for t in tables for c in t.column_names}

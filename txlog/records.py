@@ -143,6 +143,7 @@ def _cast(col: pa.ChunkedArray, f: pa.Field, topic: str) -> pa.ChunkedArray:
 #: column: no record has headers; no timestamp column: no record has a CreateTime, and
 #: readers give the batch's append time (Kafka's LogAppendTime), as for a null timestamp.
 OPTIONAL_KAFKA_COLUMNS = ("headers", "timestamp")
+_KAFKA_FIELDS = {f.name: f for f in KAFKA_SCHEMA}
 
 
 def with_kafka_columns(table: pa.Table, columns: Sequence[str] | None = None) -> pa.Table:
@@ -150,14 +151,18 @@ def with_kafka_columns(table: pa.Table, columns: Sequence[str] | None = None) ->
     ``columns``, default all) added as nulls, in KAFKA_SCHEMA's order."""
     names = table.column_names
     wanted = KAFKA_SCHEMA.names if columns is None else columns
-    if all(c in names for c in wanted if c in OPTIONAL_KAFKA_COLUMNS):
+    complete = all(c in names for c in wanted if c in OPTIONAL_KAFKA_COLUMNS)
+    if complete and all(_KAFKA_FIELDS.get(f.name) == f for f in table.schema):
         return table
     n = table.num_rows
     cols, fields = [], []
     for f in KAFKA_SCHEMA:
         if f.name in names:
-            cols.append(table.column(f.name))
-            fields.append(table.schema.field(f.name))
+            # Spark's writer may have stored a column as required or named a list's item
+            # differently: the types are KAFKA_SCHEMA's, so tables of one partition concat.
+            col = table.column(f.name)
+            cols.append(col if col.type == f.type else col.cast(f.type))
+            fields.append(f)
         elif f.name in OPTIONAL_KAFKA_COLUMNS and f.name in wanted:
             cols.append(pa.nulls(n, f.type))
             fields.append(f)

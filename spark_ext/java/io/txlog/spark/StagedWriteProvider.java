@@ -164,12 +164,11 @@ public final class StagedWriteProvider implements TableProvider {
             this.strings = new boolean[stored];
             for (int i = 0; i < stored; i++) {
                 StructField f = input.fields()[i];
-                if (i < 2) {
-                    strings[i] = f.dataType() instanceof StringType;
-                    d = d.add(f.name(), DataTypes.BinaryType, true);
-                } else {
-                    d = d.add(f);
-                }
+                // Every stored column optional, as txlog's own writers store them: a
+                // required column (a non-null expression) would make objects of one
+                // partition differ in type.
+                strings[i] = i < 2 && f.dataType() instanceof StringType;
+                d = d.add(f.name(), i < 2 ? DataTypes.BinaryType : f.dataType(), true);
             }
             this.data = d;
         }

@@ -222,10 +222,15 @@ final class StagedWriter implements DataWriter<InternalRow> {
                 closeFile(p);
             }
         }
-        if (spec.fsync && done.length() > 0) {  // the files' names, in their folder
-            try (FileChannel dir = FileChannel.open(Paths.get(new Path(spec.prefixUrl).toUri()),
-                                                    StandardOpenOption.READ)) {
-                dir.force(true);
+        if (spec.fsync && done.length() > 0) {
+            // The files' names in the staging folder, and the folders Hadoop may have just
+            // created on the way to it, up to the store's root.
+            java.nio.file.Path dir = Paths.get(new Path(spec.prefixUrl).toUri());
+            int depth = spec.prefixKey.split("/").length;
+            for (int i = 0; i < depth && dir != null; i++, dir = dir.getParent()) {
+                try (FileChannel ch = FileChannel.open(dir, StandardOpenOption.READ)) {
+                    ch.force(true);
+                }
             }
         }
         return new Staged(done.toString());
