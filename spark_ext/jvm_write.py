@@ -19,6 +19,7 @@ with ``engine="auto"``.
 
 from __future__ import annotations
 
+import logging
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
     from txlog.log import Log
 
 PROVIDER = "io.txlog.spark.StagedWriteProvider"
+log = logging.getLogger(__name__)
 ENGINES = ("auto", "jvm", "python")
 
 
@@ -169,7 +171,10 @@ def _write_jvm(df: DataFrame, wo: WriteOptions, lg: Log) -> CommitResult:
     except BaseException:
         # As Spark aborts a format("txlog") job whose commit failed: settle this write's
         # own transaction if it had started appending, and sweep what it did not list.
-        abort_staged(wo, [TxlogCommitMessage(txn, files, 0, 0)], [txn], [wo.topic])
+        try:
+            abort_staged(wo, [TxlogCommitMessage(txn, files, 0, 0)], [txn], [wo.topic])
+        except Exception as exc:  # the commit's own error is the one to report
+            log.warning("could not clean up after the failed commit of %s: %s", txn, exc)
         raise
 
 
