@@ -40,7 +40,6 @@ from spark_ext.writer import (
 )
 from txlog import layout
 from txlog.errors import ConfigError, SchemaMismatchError, UnknownTopicError
-from txlog.records import now_ms
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -181,10 +180,9 @@ def _write_jvm(df: DataFrame, wo: WriteOptions, lg: Log) -> CommitResult:
 def parse_staged(text: str) -> list[StagedFile]:
     """The JVM writer's report: one staged object per line (see StagedWriter.closeFile)."""
     files = []
-    now = now_ms()
     for line in text.splitlines():
-        topic, part, key, rows, nbytes, lo, hi, task, seq = line.split("\t")
-        ts_min, ts_max = (int(lo), int(hi)) if lo else (now, now)
-        files.append(StagedFile(topic, int(part), key, int(rows), int(nbytes), ts_min, ts_max,
-                                int(task), int(seq)))
+        topic, part, key, rows, nbytes, lo, hi, task, seq, untimed = line.split("\t")
+        files.append(StagedFile(topic, int(part), key, int(rows), int(nbytes),
+                                int(lo) if lo else None, int(hi) if hi else None,
+                                int(task), int(seq), untimed == "1"))
     return files

@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 from txlog import layout
 from txlog.errors import ConfigError, SchemaMismatchError, UnknownTopicError
 from txlog.partition_log import encode_parquet
-from txlog.records import HEADER_TYPE, KAFKA_SCHEMA, conform, now_ms
+from txlog.records import HEADER_TYPE, KAFKA_SCHEMA, conform, ts_range
 
 #: Columns a Kafka-shaped write takes (besides routing columns ``topic``/``partition``).
 KAFKA_DATA_COLUMNS = ("key", "value", "headers", "timestamp")
@@ -64,10 +64,11 @@ class StagedFile:
     key: str
     rows: int
     nbytes: int
-    ts_min: int
-    ts_max: int
+    ts_min: int | None  # the records' own timestamps (None: no record has one)
+    ts_max: int | None
     task: int = 0  # Spark partition id of the task that wrote it (for a stable order)
     seq: int = 0
+    untimed: bool = False  # some records have no timestamp (their time: the append time)
 
 
 @dataclass
@@ -417,9 +418,9 @@ class Stager:
         obj = layout.staging_prefix(topic, self.spec.txn) + name
         data = encode_staged(table)
         self.store.put(obj, data)
-        ts_min, ts_max = _ts_range(table)
+        ts_min, ts_max, untimed = ts_range(table)
         return StagedFile(topic, partition, obj, table.num_rows, len(data), ts_min, ts_max,
-                          self.task, seq)
+                          self.task, seq, untimed)
 
     def finish(self) -> list[StagedFile]:
         self._route_pending()
@@ -461,18 +462,6 @@ def _headers(col: pa.Array, topic: str) -> pa.Array:
         raise SchemaMismatchError(
             f"the 'headers' column cannot be written to topic {topic!r} as "
             f"array<struct<key: string not null, value: binary>>: {exc}") from None
-
-
-def _ts_range(table: pa.Table) -> tuple[int, int]:
-    if "timestamp" in table.column_names and table.num_rows:
-        col = table.column("timestamp")
-        if pa.types.is_timestamp(col.type):
-            mm = pc.min_max(col.cast(pa.timestamp("ms", tz="UTC"), safe=False).cast(pa.int64()))
-            lo, hi = mm["min"].as_py(), mm["max"].as_py()
-            if lo is not None and hi is not None:
-                return int(lo), int(hi)
-    t = now_ms()
-    return t, t
 
 
 def task_identity() -> tuple[int, int, int]:

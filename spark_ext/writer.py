@@ -455,7 +455,7 @@ def commit_staged(wo: WriteOptions, files: list[StagedFile], txns: Iterable[str]
             producer.add_partitions_to_transaction(tps)
         for f in order:
             producer.send_staged(TopicPartition(f.topic, f.partition), f.key, f.rows,
-                                 f.nbytes, f.ts_min, f.ts_max)
+                                 f.nbytes, f.ts_min, f.ts_max, untimed=f.untimed)
         if app_id is not None and app_version is not None:
             producer.send_app_version(app_id, app_version)
         if wo.send_offsets is not None:

@@ -157,6 +157,38 @@ def test_positions_seek_and_offsets(tmp_path: object) -> None:
     assert isinstance(t, pa.Table)
 
 
+def test_records_without_timestamps_have_their_append_time(tmp_path: object) -> None:
+    """A null timestamp is Kafka's LogAppendTime: poll, poll_arrow and time lookups give
+    the batch's append time, and the batch's entry takes it into its time range (so a
+    lookup finds the record without reading batches whose own times are older)."""
+    from txlog.records import HEADER_TYPE, KAFKA_SCHEMA
+
+    log = txlog.connect(str(tmp_path))
+    log.create_topic("t")
+    p = log.producer()
+    p.send("t", b"old", timestamp_ms=1_000)  # offset 0
+    p.flush()
+    p.send_batch("t", pa.table([pa.array([None, None], pa.binary()),
+                                pa.array([b"own", b"none"]), pa.nulls(2, HEADER_TYPE),
+                                pa.array([2_000, None], pa.timestamp("ms", tz="UTC"))],
+                               schema=KAFKA_SCHEMA))  # offsets 1-2
+    p.flush()
+    b = log.partition_log(TP).refresh().batches
+    assert (b.ts_min[0], b.ts_max[0]) == (1_000, 1_000)  # CreateTime only: unchanged
+    assert (b.ts_min[1], b.ts_max[1]) == (2_000, b.append_ms[1])
+    appended = b.append_ms[1]
+    c = log.consumer(auto_offset_reset="earliest")
+    c.assign([TP])
+    assert [(r.value, r.timestamp) for r in c.poll(10)] == [
+        (b"old", 1_000), (b"own", 2_000), (b"none", appended)]
+    c.seek(TP, 0)
+    assert c.poll_arrow(10).column("timestamp").cast(pa.int64()).to_pylist() == [
+        1_000, 2_000, appended]
+    assert c.offsets_for_times({TP: 1_500}) == {TP: 1}
+    assert c.offsets_for_times({TP: 2_001}) == {TP: 2}  # the record with no timestamp
+    assert c.offsets_for_times({TP: appended + 1}) == {TP: None}
+
+
 def test_consumer_errors(tmp_path: object) -> None:
     log = txlog.connect(str(tmp_path))
     log.create_topic("t")

@@ -96,6 +96,8 @@ def test_rows_land_where_format_txlog_puts_them(spark: Any, tmp_path: Path) -> N
             first = st.batches.base_offset[i]
             for o in range(first, first + st.batches.count[i]):
                 appended[(tp.partition, o)] = st.batches.append_ms[i]
+            # ... which is the batch's time range, for time lookups and retention.
+            assert st.batches.ts_min[i] == st.batches.ts_max[i] == st.batches.append_ms[i]
     assert all(r.timestamp == appended[(r.partition, r.offset)] for r in recs)
     expected = sorted((r.partition, r.offset, r.key, r.value) for r in recs)
     for engine in ("jvm", "sql"):
@@ -126,6 +128,12 @@ def test_timestamps_and_partition_columns(spark: Any, tmp_path: Path) -> None:
         assert r.partition == (partition_for_key(r.key, 4) if i % 5 == 0 else i % 4)
     got = spark_rows(spark_ext.read(spark, root, topic="t", engine="jvm"))
     assert {g[5] for g in got} == {0}  # CreateTime
+    for tp in lg.partitions_for("t"):  # each batch's range is its records' own times
+        b = lg.partition_log(tp).refresh().batches
+        for i in range(len(b)):
+            own = [r.timestamp for r in recs if r.partition == tp.partition
+                   and b.base_offset[i] <= r.offset < b.base_offset[i] + b.count[i]]
+            assert (b.ts_min[i], b.ts_max[i]) == (min(own), max(own))
     c = lg.consumer()
     tp = TopicPartition("t", 1)
     c.assign([tp])

@@ -272,10 +272,10 @@ class Consumer:
                     break
                 if b.base_offset[i] + b.count[i] <= st.log_start_offset:
                     continue
-                # A record without a timestamp has its batch's append time, which may
-                # be later than the batch's ts_max (taken when it was written).
+                # A batch's ts_max takes in the append time of records without a
+                # timestamp of their own (AppendSpec.untimed).
                 visible = self.isolation_level != READ_COMMITTED or b.status[i] in (0, 1)
-                if visible and max(b.ts_max[i], b.append_ms[i]) >= ts:
+                if visible and b.ts_max[i] >= ts:
                     found = self._first_at_or_after(tp, st, i, ts)
                     if found is not None:
                         break

@@ -57,8 +57,11 @@ class AppendSpec:
     txn_id: str | None = None
     data: str | None = None
     nbytes: int = 0
-    ts_min: int = 0
-    ts_max: int = 0
+    ts_min: int | None = 0
+    ts_max: int | None = 0
+    #: Some records have no timestamp of their own: their time is the append time, which
+    #: the entry's range then takes in (ts_min/ts_max None: no record has one).
+    untimed: bool = False
     log_start_offset: int | None = None
     extra: dict[str, Any] | None = None
 
@@ -195,12 +198,17 @@ class PartitionLog:
                 # Markers are idempotent: another client's marker for this transaction
                 # already decided it here (roll-forwards race).
                 return AppendResult(st.high_watermark, -1, duplicate=True)
+            append_ms = now_ms()
+            ts_min = append_ms if spec.ts_min is None else spec.ts_min
+            ts_max = append_ms if spec.ts_max is None else spec.ts_max
+            if spec.untimed:  # time lookups and retention see the records' append time
+                ts_min, ts_max = min(ts_min, append_ms), max(ts_max, append_ms)
             entry = Entry(
                 slot=st.next_slot, kind=spec.kind, base_offset=st.high_watermark,
                 count=spec.count, producer_id=spec.producer_id, epoch=spec.epoch,
                 base_sequence=spec.base_sequence, transactional=spec.transactional,
-                txn_id=spec.txn_id, data=spec.data, nbytes=spec.nbytes, ts_min=spec.ts_min,
-                ts_max=spec.ts_max, append_ms=now_ms(), log_start_offset=spec.log_start_offset,
+                txn_id=spec.txn_id, data=spec.data, nbytes=spec.nbytes, ts_min=ts_min,
+                ts_max=ts_max, append_ms=append_ms, log_start_offset=spec.log_start_offset,
                 extra=spec.extra,
             )
             key = layout.entry_key(self.topic, self.partition, entry.slot)

@@ -59,7 +59,7 @@ from txlog.names import CONSUMER_OFFSETS_TOPIC, validate_id
 from txlog.offsets import encode_offset_commits, offsets_partition
 from txlog.partition_log import AppendResult, AppendSpec, PartitionLog
 from txlog.partitioner import RoundRobin, partition_for_key
-from txlog.records import TopicPartition, conform, kafka_table, now_ms
+from txlog.records import TopicPartition, conform, kafka_table, now_ms, ts_range
 
 if TYPE_CHECKING:
     from txlog.log import Log
@@ -277,7 +277,8 @@ class Producer:
             self._guard(lambda: self._append_now(tp, table))
 
     def send_staged(self, tp: TopicPartition, data_key: str, num_rows: int, nbytes: int,
-                    ts_min: int = 0, ts_max: int = 0) -> int:
+                    ts_min: int | None = 0, ts_max: int | None = 0, *,
+                    untimed: bool = False) -> int:
         """Append an already-written batch object (e.g. a Spark task's staged Parquet file)
         to ``tp`` without copying it; returns its base offset.  The object must match the
         topic's schema; the caller checked it when it wrote the file."""
@@ -288,7 +289,7 @@ class Producer:
         self.log.partition_log(tp)  # validates topic and partition
         with self._lock:
             return int(self._guard(lambda: self._append_object(
-                tp, data_key, num_rows, nbytes, ts_min, ts_max)))
+                tp, data_key, num_rows, nbytes, ts_min, ts_max, untimed)))
 
     def add_partitions_to_transaction(self, tps: Any) -> None:
         """Register ``tps`` with the open transaction in one state-log write (optional:
@@ -730,9 +731,9 @@ class Producer:
         for i, ((tp, batch), table, (key, nbytes)) in enumerate(
                 zip(batches, tables, objects, strict=True)):
             try:
-                ts_min, ts_max = _ts_range(table)
-                base = self._guard(lambda t=table, p=tp, k=key, n=nbytes, lo=ts_min, hi=ts_max:
-                                   self._append_object(p, k, t.num_rows, n, lo, hi))
+                ts_min, ts_max, untimed = ts_range(table)
+                base = self._guard(lambda t=table, p=tp, k=key, n=nbytes, lo=ts_min, hi=ts_max,
+                                   u=untimed: self._append_object(p, k, t.num_rows, n, lo, hi, u))
             except BaseException as exc:
                 self._fail_batches([b for _, b in batches[i:]], exc)
                 raise
@@ -795,11 +796,11 @@ class Producer:
         """Write the batch object, then claim the partition's next slot for it."""
         self._register([tp])
         key, nbytes = self.log.partition_log(tp).write_data(table)
-        ts_min, ts_max = _ts_range(table)
-        return self._append_object(tp, key, table.num_rows, nbytes, ts_min, ts_max)
+        ts_min, ts_max, untimed = ts_range(table)
+        return self._append_object(tp, key, table.num_rows, nbytes, ts_min, ts_max, untimed)
 
     def _append_object(self, tp: TopicPartition, key: str, num_rows: int, nbytes: int,
-                       ts_min: int, ts_max: int) -> int:
+                       ts_min: int | None, ts_max: int | None, untimed: bool = False) -> int:
         """Register ``tp`` with the transaction (before the first write to it), then claim
         the partition's next slot for the batch object ``key``."""
         self._register([tp])
@@ -812,13 +813,13 @@ class Producer:
             self._seq.clear()
             self._reset_pid = False
         seq = self._seq.get(tp, 0) if self.idempotent else -1
-        if not ts_min and not ts_max:
+        if not untimed and not ts_min and not ts_max:
             ts_min = ts_max = now_ms()
         spec = AppendSpec(
             kind=DATA, count=num_rows, producer_id=self.producer_id, epoch=self.epoch,
             base_sequence=seq, transactional=self.transactional_id is not None,
             txn_id=self.transactional_id, data=key, nbytes=nbytes, ts_min=ts_min,
-            ts_max=ts_max)
+            ts_max=ts_max, untimed=untimed)
         try:
             res = self._append_with_retries(plog, spec)
         except Exception:
@@ -951,14 +952,4 @@ class Producer:
         self.close()
 
 
-def _ts_range(table: pa.Table) -> tuple[int, int]:
-    if "timestamp" in table.column_names and table.num_rows:
-        import pyarrow.compute as pc
-
-        mm = pc.min_max(table.column("timestamp").cast(pa.int64()))
-        lo, hi = mm["min"].as_py(), mm["max"].as_py()
-        if lo is not None and hi is not None:
-            return int(lo), int(hi)
-    t = now_ms()
-    return t, t
 

@@ -169,6 +169,21 @@ def with_kafka_columns(table: pa.Table, columns: Sequence[str] | None = None) ->
     return pa.Table.from_arrays(cols, schema=pa.schema(fields))
 
 
+def ts_range(table: pa.Table) -> tuple[int | None, int | None, bool]:
+    """(min, max) of the records' own timestamps in ms (None, None when none has one),
+    and whether some record has none (its time is its batch's append time)."""
+    if "timestamp" not in table.column_names or not table.num_rows:
+        return None, None, True
+    import pyarrow.compute as pc
+
+    col = table.column("timestamp")
+    mm = pc.min_max(col.cast(pa.timestamp("ms", tz="UTC"), safe=False).cast(pa.int64()))
+    lo, hi = mm["min"].as_py(), mm["max"].as_py()
+    if lo is None or hi is None:
+        return None, None, True
+    return int(lo), int(hi), col.null_count > 0
+
+
 def with_append_time(table: pa.Table, append_ms: int) -> pa.Table:
     """A Kafka-shaped batch's rows with every column, records without a timestamp of
     their own given the batch's append time (as Kafka's LogAppendTime)."""

@@ -59,6 +59,8 @@ final class StagedWriter implements DataWriter<InternalRow> {
     private final long[] bytes;
     private final long[] tsMin;
     private final long[] tsMax;
+    /** Some rows of the open file have no timestamp of their own. */
+    private final boolean[] untimed;
     private int seq;
     private int sticky;
     private int keyless;
@@ -83,6 +85,7 @@ final class StagedWriter implements DataWriter<InternalRow> {
         this.bytes = new long[n];
         this.tsMin = new long[n];
         this.tsMax = new long[n];
+        this.untimed = new boolean[n];
         this.sticky = task % n;
     }
 
@@ -98,7 +101,9 @@ final class StagedWriter implements DataWriter<InternalRow> {
         bytes[p] += row instanceof UnsafeRow ? ((UnsafeRow) row).getSizeInBytes()
             : 16 + size(row, 0) + size(row, 1);
         int t = spec.timestampColumn;
-        if (t >= 0 && !row.isNullAt(t)) {
+        if (t < 0 || row.isNullAt(t)) {
+            untimed[p] = true;
+        } else {
             long ms = Math.floorDiv(row.getLong(t), 1000L);
             if (ms < tsMin[p]) {
                 tsMin[p] = ms;
@@ -184,6 +189,7 @@ final class StagedWriter implements DataWriter<InternalRow> {
         bytes[p] = 0;
         tsMin[p] = Long.MAX_VALUE;
         tsMax[p] = Long.MIN_VALUE;
+        untimed[p] = false;
         return w;
     }
 
@@ -206,13 +212,15 @@ final class StagedWriter implements DataWriter<InternalRow> {
             size = fs.getFileStatus(path).getLen();
         }
         boolean hasTs = tsMin[p] <= tsMax[p];
-        // topic, partition, key, rows, bytes, ts min, ts max (both empty: none), task, sequence
+        // topic, partition, key, rows, bytes, ts min, ts max (both empty: none), task,
+        // sequence, and 1 when some rows have no timestamp
         done.append(spec.topic).append('\t').append(p).append('\t')
             .append(spec.prefixKey).append(openName[p]).append('\t')
             .append(rows[p]).append('\t').append(size).append('\t')
             .append(hasTs ? Long.toString(tsMin[p]) : "").append('\t')
             .append(hasTs ? Long.toString(tsMax[p]) : "").append('\t')
-            .append(task).append('\t').append(openSeq[p]).append('\n');
+            .append(task).append('\t').append(openSeq[p]).append('\t')
+            .append(untimed[p] ? 1 : 0).append('\n');
     }
 
     @Override
