@@ -179,11 +179,12 @@ def test_records_without_timestamps_have_their_append_time(tmp_path: object) -> 
     appended = b.append_ms[1]
     c = log.consumer(auto_offset_reset="earliest")
     c.assign([TP])
-    assert [(r.value, r.timestamp) for r in c.poll(10)] == [
-        (b"old", 1_000), (b"own", 2_000), (b"none", appended)]
+    assert [(r.value, r.timestamp, r.timestamp_type) for r in c.poll(10)] == [
+        (b"old", 1_000, 0), (b"own", 2_000, 0), (b"none", appended, 1)]
     c.seek(TP, 0)
-    assert c.poll_arrow(10).column("timestamp").cast(pa.int64()).to_pylist() == [
-        1_000, 2_000, appended]
+    t = c.poll_arrow(10)
+    assert t.column("timestamp").cast(pa.int64()).to_pylist() == [1_000, 2_000, appended]
+    assert t.column("timestampType").to_pylist() == [0, 0, 1]
     assert c.offsets_for_times({TP: 1_500}) == {TP: 1}
     assert c.offsets_for_times({TP: 2_001}) == {TP: 2}  # the record with no timestamp
     assert c.offsets_for_times({TP: appended + 1}) == {TP: None}

@@ -98,7 +98,8 @@ def test_rows_land_where_format_txlog_puts_them(spark: Any, tmp_path: Path) -> N
                 appended[(tp.partition, o)] = st.batches.append_ms[i]
             # ... which is the batch's time range, for time lookups and retention.
             assert st.batches.ts_min[i] == st.batches.ts_max[i] == st.batches.append_ms[i]
-    assert all(r.timestamp == appended[(r.partition, r.offset)] for r in recs)
+    assert all(r.timestamp == appended[(r.partition, r.offset)] and r.timestamp_type == 1
+               for r in recs)
     expected = sorted((r.partition, r.offset, r.key, r.value) for r in recs)
     for engine in ("jvm", "sql"):
         got = spark_rows(spark_ext.read(spark, root, topic="jvm", engine=engine))

@@ -204,3 +204,20 @@ def test_store_is_picklable_and_log_too(tmp_path: object) -> None:
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q", "-s"]))
+
+
+def test_batch_objects_of_kafka_and_typed_topics_encode_and_decode() -> None:
+    """encode_parquet skips the dictionary for Kafka values, also in objects without the
+    optional columns, and takes typed tables with other columns (one named value too)."""
+    import pyarrow.parquet as pq
+
+    from txlog.partition_log import decode_parquet, encode_parquet
+
+    kv = pa.table({"key": pa.array([b"k"] * 3), "value": pa.array([b"v"] * 3)})
+    typed = pa.table({"id": pa.array(["a", "b", "c"]), "value": pa.array([1, 2, 3])})
+    for table, value_dict in ((kv, False), (typed, True)):
+        raw = encode_parquet(table)
+        assert decode_parquet(raw, "x").equals(table)
+        meta = pq.ParquetFile(pa.BufferReader(raw)).metadata.row_group(0)
+        encodings = meta.column(table.column_names.index("value")).encodings
+        assert ("RLE_DICTIONARY" in encodings or "PLAIN_DICTIONARY" in encodings) == value_dict

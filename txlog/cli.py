@@ -296,7 +296,7 @@ def cmd_produce(log: Any, args: argparse.Namespace, out: Out,
 
 def _record_json(r: Any, kafka_shaped: bool) -> dict[str, Any]:
     d: dict[str, Any] = {"topic": r.topic, "partition": r.partition, "offset": r.offset,
-                         "timestamp": r.timestamp}
+                         "timestamp": r.timestamp, "timestampType": r.timestamp_type}
     if kafka_shaped:
         d["key"] = json_value(r.key)
         d["value"] = json_value(r.value)

@@ -134,7 +134,7 @@ class Consumer:
     def poll_arrow(self, max_records: int | None = None, timeout_ms: int = 0) -> pa.Table:
         """Up to ``max_records`` records as one Arrow table with topic/partition/offset
         columns added (typed topics: their columns; Kafka-shaped: key/value/headers/
-        timestamp)."""
+        timestamp/timestampType, as Spark's Kafka source has them)."""
         tables = self._fetch(max_records, timeout_ms)
         if not tables:
             return pa.table({"topic": pa.array([], pa.string()),
@@ -147,7 +147,7 @@ class Consumer:
         out: list[Record] = []
         for tp, table, span_meta in self._fetch(max_records, timeout_ms):
             info = self.log.topic(tp.topic)
-            data = table.drop_columns(["topic", "partition", "offset"])
+            data = table.drop_columns(["topic", "partition", "offset"])  # not timestampType
             for (row, first_offset), n, append_ms in span_meta:
                 out.extend(table_to_records(data.slice(row, n), tp.topic, tp.partition,
                                             first_offset, kafka_shaped=info.kafka_shaped,

@@ -281,7 +281,8 @@ def encode_parquet(table: pa.Table) -> bytes:
     CPU as the rest of the encoding."""
     dictionary: bool | list[str] = True
     kafka = {f.name: f for f in KAFKA_SCHEMA}
-    if "value" in table.column_names and all(kafka.get(f.name) == f for f in table.schema):
+    if "value" in table.column_names and all(f.name in kafka and kafka[f.name] == f
+                                             for f in table.schema):
         dictionary = [c for c in table.column_names if c != "value"]
     buf = io.BytesIO()
     pq.write_table(table, buf, compression="snappy", write_statistics=False,

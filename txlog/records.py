@@ -33,6 +33,9 @@ class Record(NamedTuple):
     value: Any
     headers: list[tuple[str, bytes | None]]
     timestamp: int  # milliseconds since the epoch
+    #: Kafka's timestampType: 0 CreateTime (the record's own), 1 LogAppendTime (the time
+    #: its batch was appended: records without a timestamp, and typed topics' rows).
+    timestamp_type: int = 0
 
 
 def now_ms() -> int:
@@ -152,7 +155,8 @@ def with_kafka_columns(table: pa.Table, columns: Sequence[str] | None = None) ->
     names = table.column_names
     wanted = KAFKA_SCHEMA.names if columns is None else columns
     complete = all(c in names for c in wanted if c in OPTIONAL_KAFKA_COLUMNS)
-    if complete and all(_KAFKA_FIELDS.get(f.name) == f for f in table.schema):
+    if complete and all(f.name in _KAFKA_FIELDS and _KAFKA_FIELDS[f.name] == f
+                        for f in table.schema):
         return table
     n = table.num_rows
     cols, fields = [], []
@@ -186,15 +190,19 @@ def ts_range(table: pa.Table) -> tuple[int | None, int | None, bool]:
 
 def with_append_time(table: pa.Table, append_ms: int) -> pa.Table:
     """A Kafka-shaped batch's rows with every column, records without a timestamp of
-    their own given the batch's append time (as Kafka's LogAppendTime)."""
+    their own given the batch's append time, and a ``timestampType`` column: 0 for a
+    record's own timestamp (CreateTime), 1 for the append time (Kafka's LogAppendTime)."""
+    import pyarrow.compute as pc
+
     table = with_kafka_columns(table)
     ts = table.column("timestamp")
     if not ts.null_count:
-        return table
-    import pyarrow.compute as pc
-
+        return table.append_column("timestampType", pa.repeat(pa.scalar(0, pa.int32()),
+                                                              table.num_rows))
+    kind = pc.if_else(pc.is_null(ts), pa.scalar(1, pa.int32()), pa.scalar(0, pa.int32()))
     filled = pc.coalesce(ts, pa.scalar(append_ms, ts.type))
-    return table.set_column(table.schema.get_field_index("timestamp"), "timestamp", filled)
+    table = table.set_column(table.schema.get_field_index("timestamp"), "timestamp", filled)
+    return table.append_column("timestampType", kind)
 
 
 def table_to_records(table: pa.Table, topic: str, partition: int, first_offset: int,
@@ -202,17 +210,21 @@ def table_to_records(table: pa.Table, topic: str, partition: int, first_offset: 
     """Row objects at the edge: the table stays columnar until here."""
     n = table.num_rows
     if kafka_shaped:
+        kinds = (table.column("timestampType").to_pylist()
+                 if "timestampType" in table.column_names else None)
         table = with_kafka_columns(table)
         keys = table.column("key").to_pylist()
         values = table.column("value").to_pylist()
         headers = table.column("headers").to_pylist()
         ts = table.column("timestamp").cast(pa.int64()).to_pylist()
+        if kinds is None:
+            kinds = [0 if t is not None else 1 for t in ts]
         return [Record(topic, partition, first_offset + i, keys[i], values[i],
                        [(h["key"], h["value"]) for h in headers[i]] if headers[i] else [],
-                       ts[i] if ts[i] is not None else append_ms)
+                       ts[i] if ts[i] is not None else append_ms, kinds[i])
                 for i in range(n)]
     rows = table.to_pylist()
-    return [Record(topic, partition, first_offset + i, None, rows[i], [], append_ms)
+    return [Record(topic, partition, first_offset + i, None, rows[i], [], append_ms, 1)
             for i in range(n)]
 
 
