@@ -277,3 +277,33 @@ def test_a_store_spark_cannot_open_goes_through_format_txlog(spark: Any, seaweed
                for tp in lg.partitions_for("s"))
     assert spark_ext.write(df, url, topic="s", storage_options=seaweed.storage_options) is None
     assert sorted(int(r.value) for r in consume(lg, "s")) == list(range(20))
+
+
+def test_foreach_batch_with_the_batch_id_as_version_is_exactly_once(spark: Any,
+                                                                   tmp_path: Path) -> None:
+    """The streaming recipe: each micro-batch is one spark_ext.write with the query's id
+    as txnAppId and the batch id as txnVersion, so a replayed batch commits nothing."""
+    root = str(tmp_path / "lake")
+    lg = txlog.connect(root)
+    lg.create_topic("out", partitions=3)
+    src = tmp_path / "src"
+    (spark.range(0, 60, numPartitions=1).selectExpr("cast(id AS string) AS value")
+     .repartition(3).write.json(str(src)))
+    calls: list[int] = []
+
+    def sink(df: Any, batch_id: int) -> None:
+        calls.append(batch_id)
+        for _ in range(2):  # the second time stands for a replay after a restart
+            spark_ext.write(df, root, topic="out", engine="jvm", txnAppId="query-1",
+                            txnVersion=batch_id)
+
+    q = (spark.readStream.schema("value string").option("maxFilesPerTrigger", 1)
+         .json(str(src)).writeStream.foreachBatch(sink)
+         .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(availableNow=True)
+         .start())
+    try:
+        assert q.awaitTermination(600) and q.exception() is None
+    finally:
+        q.stop()
+    assert calls == [0, 1, 2]
+    assert sorted(int(r.value) for r in consume(lg, "out")) == list(range(60))
