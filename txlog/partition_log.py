@@ -24,7 +24,7 @@ from txlog.checkpoint import decode_checkpoint, encode_checkpoint
 from txlog.errors import CorruptObjectError, ObjectNotFoundError
 from txlog.model import CONTROL_KINDS, DATA, Entry, decode_entry
 from txlog.partition_state import PartitionState, ReadSpan
-from txlog.records import KAFKA_SCHEMA, now_ms
+from txlog.records import has_kafka_fields, now_ms
 from txlog.storage.base import ObjectStore
 
 log = logging.getLogger(__name__)
@@ -280,9 +280,7 @@ def encode_parquet(table: pa.Table) -> bytes:
     values are not dictionary-encoded: they are rarely repeated, and trying costs as much
     CPU as the rest of the encoding."""
     dictionary: bool | list[str] = True
-    kafka = {f.name: f for f in KAFKA_SCHEMA}
-    if "value" in table.column_names and all(f.name in kafka and kafka[f.name] == f
-                                             for f in table.schema):
+    if "value" in table.column_names and has_kafka_fields(table.schema):
         dictionary = [c for c in table.column_names if c != "value"]
     buf = io.BytesIO()
     pq.write_table(table, buf, compression="snappy", write_statistics=False,

@@ -149,14 +149,18 @@ OPTIONAL_KAFKA_COLUMNS = ("headers", "timestamp")
 _KAFKA_FIELDS = {f.name: f for f in KAFKA_SCHEMA}
 
 
+def has_kafka_fields(schema: pa.Schema) -> bool:
+    """Whether every field of ``schema`` is KAFKA_SCHEMA's field of that name."""
+    return all(f.name in _KAFKA_FIELDS and _KAFKA_FIELDS[f.name] == f for f in schema)
+
+
 def with_kafka_columns(table: pa.Table, columns: Sequence[str] | None = None) -> pa.Table:
     """A Kafka-shaped batch object's rows with the optional columns it left out (of
     ``columns``, default all) added as nulls, in KAFKA_SCHEMA's order."""
     names = table.column_names
     wanted = KAFKA_SCHEMA.names if columns is None else columns
     complete = all(c in names for c in wanted if c in OPTIONAL_KAFKA_COLUMNS)
-    if complete and all(f.name in _KAFKA_FIELDS and _KAFKA_FIELDS[f.name] == f
-                        for f in table.schema):
+    if complete and has_kafka_fields(table.schema):
         return table
     n = table.num_rows
     cols, fields = [], []
@@ -210,9 +214,11 @@ def table_to_records(table: pa.Table, topic: str, partition: int, first_offset: 
     """Row objects at the edge: the table stays columnar until here."""
     n = table.num_rows
     if kafka_shaped:
-        kinds = (table.column("timestampType").to_pylist()
-                 if "timestampType" in table.column_names else None)
-        table = with_kafka_columns(table)
+        if "timestampType" in table.column_names:  # with_append_time's: complete already
+            kinds = table.column("timestampType").to_pylist()
+        else:
+            kinds = None
+            table = with_kafka_columns(table)
         keys = table.column("key").to_pylist()
         values = table.column("value").to_pylist()
         headers = table.column("headers").to_pylist()

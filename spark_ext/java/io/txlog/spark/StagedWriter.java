@@ -26,7 +26,7 @@ import org.apache.spark.unsafe.types.UTF8String;
 /** One task's rows, routed to one open Parquet object per topic partition. */
 final class StagedWriter implements DataWriter<InternalRow> {
     /** Keyless rows go to one partition for this many rows, then the next (Kafka's sticky
-     * partitioner, per batch; txlog's Python stager switches per routed chunk alike). */
+     * partitioner; txlog's Python stager switches per routed chunk instead). */
     static final int STICKY_ROWS = 128 * 1024;
 
     static final class Staged implements WriterCommitMessage {
@@ -232,10 +232,11 @@ final class StagedWriter implements DataWriter<InternalRow> {
         }
         if (spec.fsync && done.length() > 0) {
             // The files' names in the staging folder, and the folders Hadoop may have just
-            // created on the way to it, up to the store's root.
+            // created on the way to it, up to and including the store's root (a fresh root's
+            // first write may create "topics" itself).
             java.nio.file.Path dir = Paths.get(new Path(spec.prefixUrl).toUri());
             int depth = spec.prefixKey.split("/").length;
-            for (int i = 0; i < depth && dir != null; i++, dir = dir.getParent()) {
+            for (int i = 0; i <= depth && dir != null; i++, dir = dir.getParent()) {
                 try (FileChannel ch = FileChannel.open(dir, StandardOpenOption.READ)) {
                     ch.force(true);
                 }
