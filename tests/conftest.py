@@ -27,9 +27,11 @@ from txlog.storage import ObjectStore, open_store
 # --- storage servers --------------------------------------------------------------
 
 
-ALL_BACKENDS = ["memory", "local", "s3", "azure"]
+#: "s3" is SeaweedFS through txlog's default client (obstore); "s3fs" the same server
+#: through s3fs, the client for options obstore cannot serve and for forked children.
+ALL_BACKENDS = ["memory", "local", "s3", "s3fs", "azure"]
 #: Backends whose objects other processes see (the memory store is per process).
-SHARED_BACKENDS = ["local", "s3", "azure"]
+SHARED_BACKENDS = ["local", "s3", "s3fs", "azure"]
 
 
 def _selected(backends: list[str]) -> list[str]:
@@ -47,7 +49,7 @@ def require_backend(backend: str) -> None:
 
 
 def _backend_params(backends: list[str]) -> list[Any]:
-    marks = {"s3": [pytest.mark.s3]}
+    marks = {"s3": [pytest.mark.s3], "s3fs": [pytest.mark.s3]}
     return [pytest.param(b, id=b, marks=marks.get(b, [])) for b in _selected(backends)]
 
 
@@ -101,9 +103,10 @@ class StoreFactory:
             return f"memory://txlog-tests/{unique}", {}
         if backend == "local":
             return str(self._tmp_path / unique), {}
-        if backend == "s3":
+        if backend in ("s3", "s3fs"):
             server = self._request.getfixturevalue("seaweed")
-            return server.fresh_url(name), dict(server.storage_options)
+            client = "obstore" if backend == "s3" else "s3fs"
+            return server.fresh_url(name), dict(server.storage_options, txlog_client=client)
         if backend == "azure":
             server = self._request.getfixturevalue("azurite")
             return server.fresh_url(name), dict(server.storage_options)

@@ -346,3 +346,58 @@ def test_a_write_the_linger_thread_failed_is_raised_by_the_next_flush(
     p.flush()  # raised once; nothing else is pending
     p.close()
     assert read_all(log, "a", "read_uncommitted") == []
+
+
+def test_next_commit_uploads_while_the_last_is_decided(
+        log: txlog.Log, gates: list[Gate], monkeypatch: pytest.MonkeyPatch) -> None:
+    """commit_transaction_async() queues its transaction before it waits for the last
+    commit: the batch object is written while that commit is still held.  When the held
+    commit then fails, the waiting call raises its error, the queued transaction is never
+    written, and one abort leaves the producer working."""
+    from txlog.partition_log import PartitionLog
+
+    written: list[str] = []
+    second_written = threading.Event()
+    real_write = PartitionLog.write_data
+
+    def write_data(self: PartitionLog, table: Any) -> Any:
+        out = real_write(self, table)
+        written.append(out[0])
+        if b"second" in table.column("value").to_pylist():
+            second_written.set()
+        return out
+
+    monkeypatch.setattr(PartitionLog, "write_data", write_data)
+    p, gate, first = held_commit(log, gates, "overlap", [b"first"],
+                                 fail=StorageError("injected: PrepareCommit write failed"))
+    p.begin_transaction()
+    p.send("a", b"second", partition=0)
+    outcome: list[BaseException | None] = []
+
+    def commit_second() -> None:
+        try:
+            p.commit_transaction_async()
+            outcome.append(None)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    t = threading.Thread(target=commit_second)
+    t.start()
+    assert second_written.wait(60), "the second batch was not written while the first " \
+                                    "commit was held"
+    assert not first.done()
+    gate.open()
+    t.join(60)
+    assert len(outcome) == 1 and isinstance(outcome[0], StorageError)
+    with pytest.raises(StorageError, match="injected"):
+        first.result(60)
+    p.abort_transaction()
+    assert read_all(log, "a", "read_uncommitted") == [b"first"]  # the entry, not "second"
+    assert read_all(log, "a") == []
+    # The skipped transaction's object was discarded (no entry ever named it).
+    assert all(not log.store.exists(k) for k in written[1:])
+    p.begin_transaction()
+    p.send("a", b"third", partition=1)
+    p.commit_transaction_async().result(60)
+    p.close()
+    assert read_all(log, "a") == [b"third"]

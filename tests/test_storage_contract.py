@@ -547,23 +547,88 @@ class ScriptedCreateFS:
         raise FAULTS[fault]()
 
 
-def _scripted(store: Any, script: list[str]) -> ScriptedCreateFS:
-    fake = ScriptedCreateFS(store.fsspec(), script)
-    store._fs = fake
+def _obstore_error(status: int, reason: str) -> Exception:
+    from obstore.exceptions import GenericError
+
+    return GenericError(f"Generic S3 error: Error performing PUT http://127.0.0.1/k in 1ms - "
+                        f"Server returned non-2xx status code: {status} {reason}: ")
+
+
+def _obstore_faults() -> dict[str, Any]:
+    """The same faults as obstore raises them (its retries exhausted, or final answers)."""
+    from obstore.exceptions import AlreadyExistsError, GenericError
+
+    return {
+        "412": lambda: AlreadyExistsError("Object at location k already exists: Request "
+                                          "precondition failure"),
+        "exists": lambda: AlreadyExistsError("Object at location k already exists"),
+        "timeout": lambda: GenericError("Generic S3 error: Error after 10 retries in 3s, "
+                                        "max_retries:10: HTTP error: operation timed out"),
+        "read-timeout": lambda: GenericError("Generic S3 error: HTTP error: error decoding "
+                                             "response body: operation timed out"),
+        "connection": lambda: GenericError("Generic S3 error: HTTP error: error sending "
+                                           "request: connection reset by peer"),
+        "500": lambda: _obstore_error(500, "Internal Server Error"),
+        "409": lambda: _obstore_error(409, "Conflict"),
+        "403": lambda: _obstore_error(403, "Forbidden"),
+        "501": lambda: _obstore_error(501, "Not Implemented"),
+    }
+
+
+class ScriptedCreateObstore:
+    """:class:`ScriptedCreateFS` for the obstore client: wraps txlog's ObstoreS3."""
+
+    def __init__(self, fast: Any, script: list[str]) -> None:
+        self._fast = fast
+        self.script = list(script)
+        self.seen: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._fast, name)
+
+    def create(self, key: str, data: bytes) -> None:
+        if not self.script:
+            return self._fast.create(key, data)  # type: ignore[no-any-return]
+        action = self.script.pop(0)
+        self.seen.append(action)
+        if action == "ignore":
+            return self._fast.put(key, data)  # type: ignore[no-any-return]
+        landing, _, fault = action.partition("-")
+        if landing == "apply":
+            self._fast.create(key, data)
+        raise _obstore_faults()[fault]()
+
+
+def _scripted(store: Any, script: list[str]) -> Any:
+    fast = store.fast()
+    fake: Any
+    if fast is not None:
+        fake = ScriptedCreateObstore(fast, script)
+        store._ob = fake
+    else:
+        fake = ScriptedCreateFS(store.fsspec(), script)
+        store._fs = fake
     store.retry_base_delay = 0.001
     return fake
 
 
+@pytest.fixture(params=["s3", "s3fs"])
+def s3_store(request: pytest.FixtureRequest, store_factory: Any) -> Any:
+    """A SeaweedFS store through each client (obstore, s3fs)."""
+    return store_factory(request.param, "settle")
+
+
 @pytest.fixture
-def s3_store(store_factory: Any) -> Any:
-    return store_factory("s3", "settle")
+def s3fs_store(store_factory: Any) -> Any:
+    return store_factory("s3fs", "settle")
 
 
 @pytest.mark.s3
-def test_seaweedfs_real_412_is_settled_as_lost(s3_store: Any) -> None:
+def test_seaweedfs_real_412_is_settled_as_lost(s3fs_store: Any) -> None:
     """Document what the server really answers to a second conditional create."""
     from txlog.storage.remote import classify_create_error
 
+    s3_store = s3fs_store
     fs = s3_store.fsspec()
     path = s3_store.fs_path("doc/412")
     fs.pipe_file(path, b"first", mode="create")
@@ -668,7 +733,43 @@ def test_probe_detects_server_ignoring_condition(s3_store: Any) -> None:
 
 
 @pytest.mark.s3
-def test_store_rebuilds_fs_after_fork_or_unpickle(s3_store: Any) -> None:
+def test_seaweedfs_real_412_through_obstore_is_lost(store_factory: Any) -> None:
+    """obstore's answer to a real second create is classified as a loss."""
+    from txlog.storage import obstore_s3
+
+    s3_store = store_factory("s3", "settle")
+    fast = s3_store.fast()
+    assert fast is not None
+    key = s3_store.prefix + "doc/412"
+    fast.create(key, b"first")
+    with pytest.raises(Exception) as info:
+        fast.create(key, b"second")
+    print(f"\n[seaweedfs] obstore's second create raises {info.value!r}")
+    assert obstore_s3.create_outcome(info.value) == "lost"
+    with pytest.raises(FileNotFoundError):
+        fast.get(s3_store.prefix + "doc/missing")
+
+
+@pytest.mark.s3
+def test_forked_child_of_an_obstore_user_uses_s3fs(store_factory: Any,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """obstore's runtime hangs in a forked child once the parent has used it, so a store
+    in such a child goes through s3fs (the parent's pid is simulated here)."""
+    from txlog.storage import obstore_s3
+
+    s3_store = store_factory("s3", "settle")
+    assert s3_store.fast() is not None
+    s3_store.put("fork/k", b"v")
+    monkeypatch.setattr(obstore_s3, "_RUNTIME_PID", os.getpid() + 1)
+    assert s3_store.fast() is None
+    assert s3_store.get("fork/k") == b"v"
+    assert s3_store.put_if_absent("fork/k2", b"child-writer") is True
+    assert s3_store.put_if_absent("fork/k2", b"other-writer") is False
+
+
+@pytest.mark.s3
+def test_store_rebuilds_fs_after_fork_or_unpickle(s3fs_store: Any) -> None:
+    s3_store = s3fs_store
     s3_store.put("k", b"v")
     state = s3_store.__getstate__()
     assert set(state) == {"url", "backend", "storage_options"}
@@ -683,8 +784,9 @@ def test_store_rebuilds_fs_after_fork_or_unpickle(s3_store: Any) -> None:
 
 
 @pytest.mark.s3
-def test_list_paginates(s3_store: Any) -> None:
+def test_list_paginates(s3fs_store: Any) -> None:
     """s3 listing follows continuation tokens (forced small pages)."""
+    s3_store = s3fs_store
     keys = [f"pg/{i:04d}" for i in range(11)]
     for k in keys:
         s3_store.put(k, b"")

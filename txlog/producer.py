@@ -327,22 +327,33 @@ class Producer:
         next operation raises too, and :meth:`abort_transaction` aborts what is open.
 
         Sends of the next transaction are queued behind this commit (up to
-        ``max(32 MiB, 8 batches)`` or 16 flushes of them, then ``send()`` waits).  One commit is in
-        flight at a time: this call first waits for the previous one.  Do not call the
+        ``max(32 MiB, 8 batches)`` or 16 flushes of them, then ``send()`` waits).  This call
+        queues the commit (its batches start uploading), then waits until the previous
+        commit is decided, so at most one undecided commit is left when it returns.  If
+        the previous commit failed, this one is not written and its error is raised
+        here.  Do not call the
         producer from a callback of the returned future: callbacks run on the committer
         thread, which must not wait for itself."""
         self._require_txn()
+        prev = self._last_commit
+        undecided = prev is not None and not prev.done()  # else reaped below or before
         self._reap_pipeline()
         self._check_can_end()
-        if self._last_commit is not None and not self._last_commit.done():
-            wait([self._last_commit])
-            self._reap_pipeline()  # if that commit failed, say so now
         with self._lock:
             batches = list(self._pending.items())
             self._pending.clear()
         self.state = State.READY
+        # Queue first: this transaction's objects upload while the last commit is still
+        # being decided (the committer runs the steps in order, so only the uploads,
+        # which need no epoch, overlap).
         fut: Future[None] = self._queue(self._commit_queued, batches)
         self._last_commit = fut
+        if prev is None or not undecided:
+            return fut
+        wait([prev])
+        if prev.exception() is not None:
+            # That commit failed, so this one will not be written: say so now.
+            raise prev.exception()  # type: ignore[misc]
         return fut
 
     def _check_can_end(self) -> None:
@@ -686,12 +697,16 @@ class Producer:
         tps = [tp for tp, _ in batches]
         if uploaded is not None:
             try:
-                tables, objects = self._guard(uploaded.result)
+                # Register while the objects are still being written (AddPartitions
+                # waits for the last commit's markers; neither needs the other).
                 try:
                     self._guard(lambda: self._register(tps))
                 except BaseException:
-                    self._discard_keys(tps, [k for k, _ in objects])
+                    wait([uploaded])
+                    if uploaded.exception() is None:
+                        self._discard_keys(tps, [k for k, _ in uploaded.result()[1]])
                     raise
+                tables, objects = self._guard(uploaded.result)
             except BaseException as exc:
                 self._fail_batches([b for _, b in batches], exc)
                 raise

@@ -29,6 +29,7 @@ be told they won.
 from __future__ import annotations
 
 import errno
+import importlib.util
 import os
 import random
 import time
@@ -42,6 +43,7 @@ from txlog.errors import (
     ObjectNotFoundError,
     StorageError,
 )
+from txlog.storage import obstore_s3
 from txlog.storage.base import ObjectStore, check_key
 
 #: fsspec protocol for each backend.
@@ -212,6 +214,7 @@ class RemoteStore(ObjectStore):
         #: Key prefix inside the bucket ("" or "some/path/").
         self.prefix = f"{path}/" if path else ""
         self.root = f"{bucket}/{path}" if path else bucket
+        options.pop("txlog_client", None)  # txlog's own; see _pick_client
         # Listings must always be fresh; never share an instance (or its event-loop-bound
         # session) with another store, thread pool or forked process.
         options.setdefault("use_listings_cache", False)
@@ -219,6 +222,9 @@ class RemoteStore(ObjectStore):
         self._fs_options = options
         self._fs: Any = None
         self._fs_pid: int | None = None
+        self._ob: obstore_s3.ObstoreS3 | None = None
+        self._ob_pid: int | None = None
+        self._ob_kwargs = _pick_client(url, backend, self.storage_options)
         self._rng = random.Random()
         try:
             import fsspec
@@ -253,6 +259,16 @@ class RemoteStore(ObjectStore):
             self._fs_pid = os.getpid()
         return self._fs
 
+    def fast(self) -> obstore_s3.ObstoreS3 | None:
+        """obstore's client for this S3 store, or None where s3fs serves it (see
+        obstore_s3's docstring for when)."""
+        if self._ob_kwargs is None or not obstore_s3.usable_here():
+            return None
+        if self._ob is None or self._ob_pid != os.getpid():
+            self._ob = obstore_s3.ObstoreS3(self.bucket, self._ob_kwargs)
+            self._ob_pid = os.getpid()
+        return self._ob
+
     def fs_path(self, key: str) -> str:
         return f"{self.root}/{check_key(key)}"
 
@@ -279,15 +295,20 @@ class RemoteStore(ObjectStore):
         """
         path = self.fs_path(key)
         data = bytes(data)
-        fs = self.fsspec()
+        fast = self.fast()
+        fs: Any = None if fast is not None else self.fsspec()
         last: BaseException | None = None
         for attempt in range(1, self.retry_attempts + 1):
             self.counter.add("put_if_absent", len(data))
             try:
-                fs.pipe_file(path, data, mode="create")
+                if fast is not None:
+                    fast.create(self.prefix + key, data)
+                else:
+                    fs.pipe_file(path, data, mode="create")
             except Exception as exc:
                 last = exc
-                kind = classify_create_error(exc)
+                kind = (obstore_s3.create_outcome(exc) if fast is not None
+                        else classify_create_error(exc))
             else:
                 return True
             if kind == _UNSUPPORTED:
@@ -317,18 +338,22 @@ class RemoteStore(ObjectStore):
 
     def _read_back(self, key: str, path: str) -> bytes | None:
         """The object's bytes, or None if absent; retries transient read errors."""
-        fs = self.fsspec()
+        fast = self.fast()
+        fs: Any = None if fast is not None else self.fsspec()
         last: BaseException | None = None
         for attempt in range(1, self.retry_attempts + 1):
             try:
-                data: bytes = fs.cat_file(path)
+                data: bytes = fast.get(self.prefix + key) if fast is not None \
+                    else fs.cat_file(path)
             except FileNotFoundError:
                 self.counter.add("get")
                 return None
             except Exception as exc:
                 self.counter.add("get")
                 last = exc
-                if classify_create_error(exc) in (_FATAL, _UNSUPPORTED):
+                kind = (obstore_s3.create_outcome(exc) if fast is not None
+                        else classify_create_error(exc))
+                if kind in (_FATAL, _UNSUPPORTED):
                     break
                 self._backoff(attempt)
                 continue
@@ -344,15 +369,21 @@ class RemoteStore(ObjectStore):
     def put(self, key: str, data: bytes) -> None:
         path = self.fs_path(key)
         self.counter.add("put", len(data))
+        fast = self.fast()
         try:
-            self.fsspec().pipe_file(path, bytes(data))
+            if fast is not None:
+                fast.put(self.prefix + key, bytes(data))
+            else:
+                self.fsspec().pipe_file(path, bytes(data))
         except Exception as exc:
             raise self._fail("put", key, exc) from exc
 
     def get(self, key: str) -> bytes:
         path = self.fs_path(key)
+        fast = self.fast()
         try:
-            data: bytes = self.fsspec().cat_file(path)
+            data: bytes = fast.get(self.prefix + key) if fast is not None \
+                else self.fsspec().cat_file(path)
         except FileNotFoundError:
             self.counter.add("get")
             raise ObjectNotFoundError(f"object {self._where(key)} not found") from None
@@ -370,14 +401,17 @@ class RemoteStore(ObjectStore):
             self.size(key)
             return b""
         path = self.fs_path(key)
+        fast = self.fast()
         try:
-            data: bytes = self.fsspec().cat_file(path, start=start, end=end)
+            data: bytes = fast.get_range(self.prefix + key, start, end) if fast is not None \
+                else self.fsspec().cat_file(path, start=start, end=end)
         except FileNotFoundError:
             self.counter.add("get_range")
             raise ObjectNotFoundError(f"object {self._where(key)} not found") from None
         except Exception as exc:
             self.counter.add("get_range")
             code, status = _client_error_info(exc)
+            status = status or obstore_s3.http_status(exc)
             text = str(exc).lower()
             if status == 416 or code == "InvalidRange" or "invalidrange" in text \
                     or "range is not satisfiable" in text:
@@ -390,6 +424,14 @@ class RemoteStore(ObjectStore):
     def size(self, key: str) -> int:
         path = self.fs_path(key)
         self.counter.add("head")
+        fast = self.fast()
+        if fast is not None:
+            try:
+                return fast.size(self.prefix + key)
+            except FileNotFoundError:
+                raise ObjectNotFoundError(f"object {self._where(key)} not found") from None
+            except Exception as exc:
+                raise self._fail("size", key, exc) from exc
         fs = self.fsspec()
         try:
             if self.backend == "s3":
@@ -408,8 +450,12 @@ class RemoteStore(ObjectStore):
     def delete(self, key: str) -> None:
         path = self.fs_path(key)
         self.counter.add("delete")
+        fast = self.fast()
         try:
-            self.fsspec().rm_file(path)
+            if fast is not None:
+                fast.delete(self.prefix + key)
+            else:
+                self.fsspec().rm_file(path)
         except FileNotFoundError:
             pass
         except Exception as exc:
@@ -444,6 +490,21 @@ class RemoteStore(ObjectStore):
                 kwargs["StartAfter"] = server_after
         n = len(self.prefix)
         out: _Keys = []
+        fast = self.fast()
+        if fast is not None:
+            # obstore lists whole folders: list the prefix's folder, keep what matches.
+            self.counter.add("list")
+            after = kwargs.get("StartAfter")
+            if after and after.endswith("/"):
+                # obstore drops a trailing '/', which would leave a bare directory name
+                # (the SeaweedFS trap above): cut one character more.
+                after = after.rstrip("/")[:-1] or None
+            try:
+                found = fast.list(full_prefix.rpartition("/")[0], after)
+            except Exception as exc:
+                raise self._fail("list", prefix, exc) from exc
+            return [k[n:] for k in found if k.startswith(full_prefix)
+                    and (start_after is None or k[n:] > start_after)]
         while True:
             self.counter.add("list")
             try:
@@ -510,6 +571,32 @@ class RemoteStore(ObjectStore):
                 self.delete(key)
             except StorageError:
                 pass
+
+
+def _pick_client(url: str, backend: str, options: dict[str, Any]) -> dict[str, Any] | None:
+    """obstore's store arguments when obstore serves this store, else None (s3fs/gcsfs/
+    adlfs).  The storage option ``txlog_client`` picks: "auto" (default: obstore for S3
+    when it is installed and the options allow), "obstore" (an error if it cannot) or
+    "s3fs"."""
+    choice = options.get("txlog_client", "auto")
+    if choice not in ("auto", "obstore", "s3fs"):
+        raise ConfigError(f"storage option 'txlog_client' must be 'auto', 'obstore' or "
+                          f"'s3fs', not {choice!r}")
+    if choice == "s3fs" or backend != "s3":
+        if choice == "obstore":
+            raise ConfigError(f"storage option txlog_client='obstore' applies to s3:// "
+                              f"stores only, not {url!r}")
+        return None
+    rest = {k: v for k, v in options.items() if k != "txlog_client"}
+    kwargs = obstore_s3.store_kwargs(rest) if importlib.util.find_spec("obstore") else None
+    if kwargs is None and choice == "obstore":
+        raise ConfigError(
+            f"storage option txlog_client='obstore' cannot serve {url!r}: "
+            + ("obstore is not installed (pip install obstore)"
+               if not importlib.util.find_spec("obstore") else
+               "its storage options have no obstore equivalent, or no region is set "
+               "(client_kwargs.region_name or AWS_REGION); use 'auto' or 's3fs'"))
+    return kwargs
 
 
 def server_start_after(prefix: str, start_after: str) -> str | None:

@@ -1,0 +1,226 @@
+"""S3 requests through obstore (Rust's object_store crate), the fast path of the s3 backend.
+
+Measured on SeaweedFS on 127.0.0.1 (2026-11-22, medians of 40): a conditional create of
+300 bytes took 2.2 ms through obstore against 7.3 ms through s3fs, a GET 1.4 ms against
+10.5 ms, a tail listing 2.1 ms against 16 ms, and a 1 MB PUT 17 ms against 24 ms.  A
+transaction is a chain of dependent conditional creates, so per-request overhead is its
+cost.  delta-rs talks to S3 through the same crate.
+
+s3fs stays for everything obstore does not cover here: storage options that have no
+obstore equivalent (server-side encryption, requester pays, profiles, ...), AWS buckets
+whose region is not configured (s3fs looks it up), and forked children.  obstore runs a
+tokio runtime that does not survive ``fork()``: a child of a process that already made an
+obstore request hangs on its first one, so such children use s3fs.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+# s3fs options that only tune s3fs's own caching or upload sizes: they change no request
+# semantics, so obstore may serve a store that sets them.
+_S3FS_TUNING = frozenset({
+    "use_listings_cache", "listings_expiry_time", "max_paths", "skip_instance_cache",
+    "default_block_size", "default_fill_cache", "default_cache_type", "max_concurrency",
+    "fixed_upload_size", "cache_regions", "retries", "use_ssl",
+})
+_CLIENT_KWARGS = frozenset({"endpoint_url", "region_name", "verify"})
+
+#: The pid of the process whose obstore runtime has started (inherited by forked children).
+_RUNTIME_PID: int | None = None
+
+_STATUS = re.compile(r"status code: (\d{3})")
+
+
+def usable_here() -> bool:
+    """False in a forked child of a process that already made an obstore request."""
+    return _RUNTIME_PID is None or os.getpid() == _RUNTIME_PID
+
+
+def store_kwargs(options: dict[str, Any]) -> dict[str, Any] | None:
+    """obstore ``S3Store`` arguments equivalent to these s3fs storage options, or None when
+    some option has no equivalent (the store then uses s3fs)."""
+    client_kwargs = dict(options.get("client_kwargs") or {})
+    known = _S3FS_TUNING | {"key", "secret", "token", "anon", "endpoint_url", "client_kwargs",
+                            "username", "password"}
+    if set(options) - known or set(client_kwargs) - _CLIENT_KWARGS:
+        return None
+    key = options.get("key", options.get("username"))
+    secret = options.get("secret", options.get("password"))
+    endpoint = options.get("endpoint_url") or client_kwargs.get("endpoint_url")
+    region = (client_kwargs.get("region_name") or os.environ.get("AWS_REGION")
+              or os.environ.get("AWS_DEFAULT_REGION"))
+    if not endpoint and not region:
+        return None  # an AWS bucket in a region only s3fs would look up
+    kwargs: dict[str, Any] = {"region": region or "us-east-1"}
+    client: dict[str, Any] = {}
+    if endpoint:
+        kwargs["endpoint"] = str(endpoint).rstrip("/")
+        kwargs["virtual_hosted_style_request"] = False
+        if str(endpoint).startswith("http://"):
+            client["allow_http"] = True
+    verify = client_kwargs.get("verify", True)
+    if verify is False:
+        client["allow_invalid_certificates"] = True
+    elif isinstance(verify, str):
+        return None  # a CA bundle path: leave certificate handling to botocore
+    if options.get("anon"):
+        kwargs["skip_signature"] = True
+    elif key is not None or secret is not None:
+        if key is None or secret is None:
+            return None
+        kwargs["access_key_id"] = str(key)
+        kwargs["secret_access_key"] = str(secret)
+        if options.get("token"):
+            kwargs["token"] = str(options["token"])
+    else:
+        kwargs["credential_provider"] = _BotocoreCredentials()
+    if client:
+        kwargs["client_options"] = client
+    return kwargs
+
+
+class _BotocoreCredentials:
+    """Credentials from botocore's chain (environment, profiles, SSO, instance roles), the
+    same ones s3fs would use; obstore calls this again when they expire."""
+
+    def __call__(self) -> dict[str, Any]:
+        import botocore.session
+
+        creds = botocore.session.get_session().get_credentials()
+        if creds is None:
+            from txlog.errors import ConfigError
+
+            raise ConfigError("no AWS credentials found: set key/secret storage options, "
+                              "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, or a profile")
+        frozen = creds.get_frozen_credentials()
+        expiry = getattr(creds, "_expiry_time", None)
+        return {"access_key_id": frozen.access_key, "secret_access_key": frozen.secret_key,
+                "token": frozen.token, "expires_at": expiry}
+
+
+def _missing_as_file_not_found(fn: Any) -> Any:
+    """obstore raises its own NotFoundError for some requests and FileNotFoundError for
+    others: callers see FileNotFoundError for every missing object."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from obstore.exceptions import NotFoundError
+
+        try:
+            return fn(*args, **kwargs)
+        except NotFoundError as exc:
+            raise FileNotFoundError(str(exc)) from exc
+
+    return wrapper
+
+
+class ObstoreS3:
+    """The requests of :class:`txlog.storage.remote.RemoteStore` on one bucket.  Keys are
+    full keys inside the bucket; errors are obstore's, for the caller to classify."""
+
+    def __init__(self, bucket: str, kwargs: dict[str, Any]) -> None:
+        from obstore.store import S3Store
+
+        self._store = S3Store(bucket, **kwargs)
+
+    @staticmethod
+    def _started() -> None:
+        global _RUNTIME_PID
+        _RUNTIME_PID = os.getpid()
+
+    @_missing_as_file_not_found
+    def create(self, key: str, data: bytes) -> None:
+        import obstore
+
+        self._started()
+        # One PUT with If-None-Match: *; a multipart upload has no create-only mode.
+        obstore.put(self._store, key, data, mode="create", use_multipart=False)
+
+    @_missing_as_file_not_found
+    def put(self, key: str, data: bytes) -> None:
+        import obstore
+
+        self._started()
+        obstore.put(self._store, key, data)
+
+    @_missing_as_file_not_found
+    def get(self, key: str) -> bytes:
+        import obstore
+
+        self._started()
+        return bytes(obstore.get(self._store, key).bytes())
+
+    @_missing_as_file_not_found
+    def get_range(self, key: str, start: int, end: int) -> bytes:
+        import obstore
+
+        self._started()
+        return bytes(obstore.get_range(self._store, key, start=start, end=end))
+
+    @_missing_as_file_not_found
+    def size(self, key: str) -> int:
+        import obstore
+
+        self._started()
+        return int(obstore.head(self._store, key)["size"])
+
+    @_missing_as_file_not_found
+    def delete(self, key: str) -> None:
+        import obstore
+
+        self._started()
+        obstore.delete(self._store, key)
+
+    @_missing_as_file_not_found
+    def list(self, folder: str, start_after: str | None) -> list[str]:
+        """Every key under ``folder`` ('' or a path without the trailing '/'), sorted by
+        the server, after ``start_after`` (sent as StartAfter)."""
+        import obstore
+
+        self._started()
+        try:
+            stream = obstore.list(self._store, folder or None, offset=start_after)
+        except ValueError:
+            # No valid key looks like this bound ('a//b'): list from the folder's start
+            # (the caller filters by start_after itself).
+            stream = obstore.list(self._store, folder or None)
+        return [meta["path"] for batch in stream for meta in batch]
+
+
+def http_status(exc: BaseException) -> int | None:
+    """The HTTP status an obstore error reports, if any."""
+    m = _STATUS.search(str(exc))
+    return int(m.group(1)) if m else None
+
+
+def is_not_found(exc: BaseException) -> bool:
+    return isinstance(exc, FileNotFoundError)
+
+
+def create_outcome(exc: BaseException) -> str:
+    """How a failed conditional create through obstore is settled: one of 'lost',
+    'conflict', 'ambiguous', 'unsupported', 'fatal' (see remote.py's docstring)."""
+    from obstore import exceptions as ox
+
+    if isinstance(exc, (ox.AlreadyExistsError, ox.PreconditionError)):
+        return "lost"
+    if isinstance(exc, (ox.NotSupportedError, NotImplementedError)):
+        return "unsupported"
+    if isinstance(exc, (ox.PermissionDeniedError, ox.UnauthenticatedError,
+                        ox.InvalidPathError, FileNotFoundError)):
+        return "fatal"
+    status = http_status(exc)
+    if status == 412:
+        return "lost"
+    if status == 409:
+        return "conflict"
+    if status == 501:
+        return "unsupported"
+    if status is not None and 400 <= status < 500 and status != 408:
+        return "fatal"
+    # 5xx, timeouts, dropped connections, retries exhausted: it may have landed.
+    return "ambiguous"
