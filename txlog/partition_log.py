@@ -7,7 +7,6 @@ its cached state and succeeds with one request; on contention it reads the new t
 
 from __future__ import annotations
 
-import io
 import logging
 import threading
 import uuid
@@ -282,10 +281,12 @@ def encode_parquet(table: pa.Table) -> bytes:
     dictionary: bool | list[str] = True
     if "value" in table.column_names and has_kafka_fields(table.schema):
         dictionary = [c for c in table.column_names if c != "value"]
-    buf = io.BytesIO()
+    # Arrow's own buffer, not io.BytesIO: writing through a Python file object cost
+    # 2.5 ms instead of 0.9 for a 1 MB batch.
+    buf = pa.BufferOutputStream()
     pq.write_table(table, buf, compression="snappy", write_statistics=False,
                    use_dictionary=dictionary)
-    return buf.getvalue()
+    return buf.getvalue().to_pybytes()  # type: ignore[no-any-return]
 
 
 def decode_parquet(raw: bytes, where: str, columns: Sequence[str] | None = None) -> pa.Table:

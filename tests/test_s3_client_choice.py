@@ -1,0 +1,101 @@
+"""Which client serves an s3:// store: obstore when the storage options translate, s3fs
+otherwise (pure: no server is contacted)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from txlog.errors import ConfigError
+from txlog.storage import open_store
+from txlog.storage.obstore_s3 import create_outcome, http_status, store_kwargs
+
+ENDPOINT = {"client_kwargs": {"endpoint_url": "http://127.0.0.1:9000",
+                              "region_name": "us-east-1"}}
+
+
+@pytest.fixture(autouse=True)
+def _no_aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in ("AWS_REGION", "AWS_DEFAULT_REGION"):
+        monkeypatch.delenv(var, raising=False)
+
+
+def test_keys_and_endpoint_translate() -> None:
+    kw = store_kwargs({"key": "k", "secret": "s", "token": "t", **ENDPOINT})
+    assert kw == {"region": "us-east-1", "endpoint": "http://127.0.0.1:9000",
+                  "virtual_hosted_style_request": False, "access_key_id": "k",
+                  "secret_access_key": "s", "token": "t",
+                  "client_options": {"allow_http": True}}
+
+
+def test_s3fs_tuning_options_do_not_stop_obstore() -> None:
+    assert store_kwargs({"key": "k", "secret": "s", "use_listings_cache": False,
+                         "default_block_size": 1 << 20, **ENDPOINT}) is not None
+
+
+@pytest.mark.parametrize("options", [
+    {"s3_additional_kwargs": {"ServerSideEncryption": "aws:kms"}},
+    {"requester_pays": True},
+    {"profile": "dev"},
+    {"key": "k"},  # a key without its secret
+    {"client_kwargs": {"endpoint_url": "http://h", "verify": "/etc/ca.pem"}},
+    {"client_kwargs": {"endpoint_url": "http://h", "proxies": {"http": "p"}}},
+])
+def test_options_without_an_obstore_equivalent_use_s3fs(options: dict[str, Any]) -> None:
+    assert store_kwargs({**ENDPOINT, **options} if "client_kwargs" not in options
+                        else options) is None
+
+
+def test_aws_without_a_region_uses_s3fs(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert store_kwargs({"key": "k", "secret": "s"}) is None  # s3fs looks the region up
+    monkeypatch.setenv("AWS_REGION", "eu-west-1")
+    kw = store_kwargs({})
+    assert kw is not None and kw["region"] == "eu-west-1" and "endpoint" not in kw
+    assert callable(kw["credential_provider"])  # botocore's chain, as s3fs would use
+
+
+def test_anonymous_and_unverified() -> None:
+    kw = store_kwargs({"anon": True, "client_kwargs": {
+        "endpoint_url": "https://s3.local", "region_name": "r", "verify": False}})
+    assert kw is not None and kw["skip_signature"] is True
+    assert kw["client_options"] == {"allow_invalid_certificates": True}
+
+
+def test_store_picks_its_client() -> None:
+    opts = {"key": "k", "secret": "s", **ENDPOINT}
+    assert open_store("s3://bucket/root", opts).fast() is not None
+    forced = open_store("s3://bucket/root", {**opts, "txlog_client": "s3fs"})
+    assert forced.fast() is None
+    assert "txlog_client" not in forced._fs_options  # never handed to s3fs
+    sse = {**opts, "s3_additional_kwargs": {"ServerSideEncryption": "AES256"}}
+    assert open_store("s3://bucket/root", sse).fast() is None
+
+
+@pytest.mark.parametrize(("url", "options", "match"), [
+    ("s3://bucket/root", {"txlog_client": "boto"}, "must be 'auto', 'obstore' or 's3fs'"),
+    ("s3://bucket/root", {"txlog_client": "obstore", "requester_pays": True},
+     "no obstore equivalent"),
+    ("gs://bucket/root", {"txlog_client": "obstore"}, "s3:// stores only"),
+])
+def test_bad_client_choice_is_a_clear_error(url: str, options: dict[str, Any],
+                                            match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        open_store(url, options)
+
+
+@pytest.mark.parametrize(("message", "outcome"), [
+    ("Server returned non-2xx status code: 409 Conflict: busy", "conflict"),
+    ("Server returned non-2xx status code: 503 Slow Down: ", "ambiguous"),
+    ("Server returned non-2xx status code: 403 Forbidden: ", "fatal"),
+    ("Server returned non-2xx status code: 408 Request Timeout: ", "ambiguous"),
+    ("Server returned non-2xx status code: 412 Precondition Failed: ", "lost"),
+    ("Server returned non-2xx status code: 501 Not Implemented: ", "unsupported"),
+    ("HTTP error: error sending request: connection reset", "ambiguous"),
+])
+def test_obstore_errors_are_classified(message: str, outcome: str) -> None:
+    from obstore.exceptions import GenericError
+
+    exc = GenericError(f"Generic S3 error: Error performing PUT http://h/k in 1ms - {message}")
+    assert create_outcome(exc) == outcome
+    assert (http_status(exc) is None) == ("status code" not in message)
