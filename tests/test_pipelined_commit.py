@@ -401,3 +401,50 @@ def test_next_commit_uploads_while_the_last_is_decided(
     p.commit_transaction_async().result(60)
     p.close()
     assert read_all(log, "a") == [b"third"]
+
+
+def test_next_commit_after_a_fenced_one_leaves_the_producer_fenced(
+        log: txlog.Log, gates: list[Gate], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The commit held in flight turns out fenced while the next commit_transaction_async()
+    waits for it: that call raises ProducerFencedError and the producer stays fenced (its
+    next operation raises the same), as if the two calls had not overlapped."""
+    from txlog.partition_log import PartitionLog
+    from txlog.producer import State
+
+    second_written = threading.Event()
+    real_write = PartitionLog.write_data
+
+    def write_data(self: PartitionLog, table: Any) -> Any:
+        out = real_write(self, table)
+        if b"second" in table.column("value").to_pylist():
+            second_written.set()
+        return out
+
+    monkeypatch.setattr(PartitionLog, "write_data", write_data)
+    p, gate, first = held_commit(log, gates, "fenced-next", [b"first"],
+                                 fail=ProducerFencedError("injected: fenced"))
+    p.begin_transaction()
+    p.send("a", b"second", partition=0)
+    outcome: list[BaseException | None] = []
+
+    def commit_second() -> None:
+        try:
+            p.commit_transaction_async()
+            outcome.append(None)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    t = threading.Thread(target=commit_second)
+    t.start()
+    assert second_written.wait(60)
+    assert not first.done()
+    gate.open()
+    t.join(60)
+    assert len(outcome) == 1 and isinstance(outcome[0], ProducerFencedError)
+    with pytest.raises(ProducerFencedError):
+        first.result(60)
+    assert p.state == State.FATAL_ERROR
+    with pytest.raises(ProducerFencedError):
+        p.begin_transaction()
+    p.close()
+    assert read_all(log, "a") == []

@@ -17,8 +17,31 @@ ENDPOINT = {"client_kwargs": {"endpoint_url": "http://127.0.0.1:9000",
 
 @pytest.fixture(autouse=True)
 def _no_aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for var in ("AWS_REGION", "AWS_DEFAULT_REGION"):
+    import os
+
+    for var in [v for v in os.environ if v.startswith("AWS_")]:
         monkeypatch.delenv(var, raising=False)
+
+
+@pytest.mark.parametrize(("var", "value"), [
+    ("AWS_ENDPOINT_URL", "http://elsewhere:9000"),  # botocore and obstore differ on it
+    ("AWS_CONDITIONAL_PUT", "etag"),                 # obstore only
+    ("AWS_SESSION_TOKEN", "from-env"),               # obstore would add it to the key
+])
+def test_environment_that_obstore_reads_differently_uses_s3fs(
+        monkeypatch: pytest.MonkeyPatch, var: str, value: str) -> None:
+    monkeypatch.setenv(var, value)
+    assert store_kwargs({"key": "k", "secret": "s", **ENDPOINT}) is None
+
+
+def test_shared_environment_keeps_obstore(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_PROFILE", "dev")
+    monkeypatch.setenv("AWS_CA_BUNDLE", "/etc/ssl/certs/ca.pem")  # plain HTTP: unused
+    assert store_kwargs({"key": "k", "secret": "s", **ENDPOINT}) is not None
+    https = {"client_kwargs": {"endpoint_url": "https://s3.example", "region_name": "r"}}
+    assert store_kwargs({"key": "k", "secret": "s", **https}) is None  # botocore's CAs
+    monkeypatch.setenv("AWS_SESSION_TOKEN", "t")
+    assert store_kwargs({**ENDPOINT}) is not None  # the token goes with the env's key
 
 
 def test_keys_and_endpoint_translate() -> None:
@@ -92,6 +115,9 @@ def test_bad_client_choice_is_a_clear_error(url: str, options: dict[str, Any],
     ("Server returned non-2xx status code: 412 Precondition Failed: ", "lost"),
     ("Server returned non-2xx status code: 501 Not Implemented: ", "unsupported"),
     ("HTTP error: error sending request: connection reset", "ambiguous"),
+    ("Server returned non-2xx status code: 301 Moved Permanently: ", "fatal"),
+    ("Received redirect without LOCATION, this normally indicates an incorrectly "
+     "configured region", "fatal"),
 ])
 def test_obstore_errors_are_classified(message: str, outcome: str) -> None:
     from obstore.exceptions import GenericError
@@ -99,3 +125,15 @@ def test_obstore_errors_are_classified(message: str, outcome: str) -> None:
     exc = GenericError(f"Generic S3 error: Error performing PUT http://h/k in 1ms - {message}")
     assert create_outcome(exc) == outcome
     assert (http_status(exc) is None) == ("status code" not in message)
+
+
+def test_a_409_reported_as_already_exists_is_a_conflict() -> None:
+    """object_store raises a 409 ConditionalRequestConflict as AlreadyExistsError; the write
+    was not applied, so it is retried, not settled as lost."""
+    from obstore.exceptions import AlreadyExistsError
+
+    exc = AlreadyExistsError("Object at location k already exists: Error performing PUT "
+                             "http://h/k in 1ms - Server returned non-2xx status code: "
+                             "409 Conflict: ConditionalRequestConflict")
+    assert create_outcome(exc) == "conflict"
+    assert create_outcome(AlreadyExistsError("Object at location k already exists")) == "lost"

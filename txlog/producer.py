@@ -352,8 +352,9 @@ class Producer:
             return fut
         wait([prev])
         if prev.exception() is not None:
-            # That commit failed, so this one will not be written: say so now.
-            raise prev.exception()  # type: ignore[misc]
+            # That commit failed, so this one is skipped: wait for that, take the state
+            # the failure leaves (abortable or fatal) and raise its cause now.
+            self._await_pipeline()
         return fut
 
     def _check_can_end(self) -> None:

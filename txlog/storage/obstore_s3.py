@@ -27,6 +27,16 @@ _S3FS_TUNING = frozenset({
     "fixed_upload_size", "cache_regions", "retries", "use_ssl",
 })
 _CLIENT_KWARGS = frozenset({"endpoint_url", "region_name", "verify"})
+# AWS_* variables that botocore and object_store read alike (or that only name where
+# botocore finds its configuration).  obstore also reads every other AWS_* variable
+# (AWS_ENDPOINT_URL, AWS_CONDITIONAL_PUT, ...), some with other meanings than botocore's:
+# when one is set, s3fs serves the store, so that the environment means what it did.
+_SHARED_ENV = frozenset({
+    "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_REGION",
+    "AWS_DEFAULT_REGION", "AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_CONFIG_FILE",
+    "AWS_SHARED_CREDENTIALS_FILE", "AWS_SDK_LOAD_CONFIG", "AWS_PAGER",
+    "AWS_DEFAULT_OUTPUT", "AWS_MAX_ATTEMPTS", "AWS_RETRY_MODE",
+})
 
 #: The pid of the process whose obstore runtime has started (inherited by forked children).
 _RUNTIME_PID: int | None = None
@@ -50,6 +60,13 @@ def store_kwargs(options: dict[str, Any]) -> dict[str, Any] | None:
     key = options.get("key", options.get("username"))
     secret = options.get("secret", options.get("password"))
     endpoint = options.get("endpoint_url") or client_kwargs.get("endpoint_url")
+    env = {v for v in os.environ if v.startswith("AWS_")}
+    if str(endpoint or "").startswith("http://"):
+        env.discard("AWS_CA_BUNDLE")  # certificates play no part in plain HTTP
+    if env - _SHARED_ENV:
+        return None
+    if "AWS_SESSION_TOKEN" in env and key is not None and not options.get("token"):
+        return None  # obstore would send the environment's token with the given key
     region = (client_kwargs.get("region_name") or os.environ.get("AWS_REGION")
               or os.environ.get("AWS_DEFAULT_REGION"))
     if not endpoint and not region:
@@ -176,9 +193,9 @@ class ObstoreS3:
         obstore.delete(self._store, key)
 
     @_missing_as_file_not_found
-    def list(self, folder: str, start_after: str | None) -> list[str]:
-        """Every key under ``folder`` ('' or a path without the trailing '/'), sorted by
-        the server, after ``start_after`` (sent as StartAfter)."""
+    def list(self, folder: str, start_after: str | None) -> list[tuple[str, int]]:
+        """(key, size) of every object under ``folder`` ('' or a path without the trailing
+        '/'), sorted by the server, after ``start_after`` (sent as StartAfter)."""
         import obstore
 
         self._started()
@@ -188,7 +205,7 @@ class ObstoreS3:
             # No valid key looks like this bound ('a//b'): list from the folder's start
             # (the caller filters by start_after itself).
             stream = obstore.list(self._store, folder or None)
-        return [meta["path"] for batch in stream for meta in batch]
+        return [(meta["path"], int(meta["size"])) for batch in stream for meta in batch]
 
 
 def http_status(exc: BaseException) -> int | None:
@@ -206,6 +223,11 @@ def create_outcome(exc: BaseException) -> str:
     'conflict', 'ambiguous', 'unsupported', 'fatal' (see remote.py's docstring)."""
     from obstore import exceptions as ox
 
+    status = http_status(exc)
+    if status == 409:
+        # object_store reports a 409 ConditionalRequestConflict as AlreadyExistsError,
+        # but the write was not applied and nothing may exist: retry it.
+        return "conflict"
     if isinstance(exc, (ox.AlreadyExistsError, ox.PreconditionError)):
         return "lost"
     if isinstance(exc, (ox.NotSupportedError, NotImplementedError)):
@@ -213,14 +235,14 @@ def create_outcome(exc: BaseException) -> str:
     if isinstance(exc, (ox.PermissionDeniedError, ox.UnauthenticatedError,
                         ox.InvalidPathError, FileNotFoundError)):
         return "fatal"
-    status = http_status(exc)
     if status == 412:
         return "lost"
-    if status == 409:
-        return "conflict"
     if status == 501:
         return "unsupported"
-    if status is not None and 400 <= status < 500 and status != 408:
-        return "fatal"
+    if status is not None and (300 <= status < 400 or (400 <= status < 500 and status != 408)):
+        return "fatal"  # a redirect means a wrong region or endpoint; no retry mends it
+    text = str(exc).lower()
+    if "builder error" in text or "redirect" in text:
+        return "fatal"  # the client could not even send the request
     # 5xx, timeouts, dropped connections, retries exhausted: it may have landed.
     return "ambiguous"

@@ -1,9 +1,11 @@
-"""Remote object stores (S3, GCS, Azure Blob) on their fsspec filesystems.
+"""Remote object stores (S3, GCS, Azure Blob) on their fsspec filesystems, and S3 also
+through obstore (see obstore_s3.py for when each client serves).
 
 The one atomic primitive, :meth:`RemoteStore.put_if_absent`, is a conditional create:
 ``fs.pipe_file(path, data, mode="create")``, which s3fs sends as ``If-None-Match: *``,
-gcsfs as ``ifGenerationMatch=0`` and adlfs as ``If-None-Match: *``.  There is never a
-fallback to exists-then-write.
+gcsfs as ``ifGenerationMatch=0`` and adlfs as ``If-None-Match: *``; obstore's
+``put(mode="create")`` sends ``If-None-Match: *`` too.  There is never a fallback to
+exists-then-write.
 
 Outcomes of a conditional create and how they are settled:
 
@@ -492,19 +494,9 @@ class RemoteStore(ObjectStore):
         out: _Keys = []
         fast = self.fast()
         if fast is not None:
-            # obstore lists whole folders: list the prefix's folder, keep what matches.
-            self.counter.add("list")
-            after = kwargs.get("StartAfter")
-            if after and after.endswith("/"):
-                # obstore drops a trailing '/', which would leave a bare directory name
-                # (the SeaweedFS trap above): cut one character more.
-                after = after.rstrip("/")[:-1] or None
-            try:
-                found = fast.list(full_prefix.rpartition("/")[0], after)
-            except Exception as exc:
-                raise self._fail("list", prefix, exc) from exc
-            return [k[n:] for k in found if k.startswith(full_prefix)
-                    and (start_after is None or k[n:] > start_after)]
+            found = self._list_obstore(fast, prefix, full_prefix, kwargs.get("StartAfter"))
+            if found is not None:
+                return [k[n:] for k in found if start_after is None or k[n:] > start_after]
         while True:
             self.counter.add("list")
             try:
@@ -520,6 +512,30 @@ class RemoteStore(ObjectStore):
                 return out
             kwargs.pop("StartAfter", None)
             kwargs["ContinuationToken"] = token
+
+    def _list_obstore(self, fast: obstore_s3.ObstoreS3, prefix: str, full_prefix: str,
+                      after: str | None) -> _Keys | None:
+        """Full keys under ``full_prefix`` through obstore, or None where only s3fs can
+        answer exactly (the caller then lists through s3fs)."""
+        from obstore.exceptions import InvalidPathError
+
+        # obstore drops a trailing '/', which could leave a bare directory name (the
+        # SeaweedFS trap of server_start_after): cut further until none is left.
+        while after and after.endswith("/"):
+            after = after.rstrip("/")[:-1]
+        self.counter.add("list")
+        try:
+            # obstore lists whole folders: list the prefix's folder, keep what matches.
+            found = fast.list(full_prefix.rpartition("/")[0], after or None)
+        except InvalidPathError:
+            return None  # a foreign key obstore cannot represent (e.g. a control char)
+        except Exception as exc:
+            raise self._fail("list", prefix, exc) from exc
+        if any(size == 0 for _, size in found):
+            # A folder marker ('a/b/', zero bytes) comes back from obstore as 'a/b',
+            # indistinguishable from an empty object; txlog writes no empty objects.
+            return None
+        return [k for k, _ in found if k.startswith(full_prefix)]
 
     def _list_find(self, prefix: str, start_after: str | None) -> _Keys:
         fs = self.fsspec()
