@@ -60,6 +60,7 @@ def test_s3fs_tuning_options_do_not_stop_obstore() -> None:
 @pytest.mark.parametrize("options", [
     {"s3_additional_kwargs": {"ServerSideEncryption": "aws:kms"}},
     {"requester_pays": True},
+    {"use_ssl": False},  # s3fs's plain-HTTP switch for AWS's own endpoints
     {"profile": "dev"},
     {"key": "k"},  # a key without its secret
     {"client_kwargs": {"endpoint_url": "http://h", "verify": "/etc/ca.pem"}},

@@ -24,7 +24,7 @@ from typing import Any
 _S3FS_TUNING = frozenset({
     "use_listings_cache", "listings_expiry_time", "max_paths", "skip_instance_cache",
     "default_block_size", "default_fill_cache", "default_cache_type", "max_concurrency",
-    "fixed_upload_size", "cache_regions", "retries", "use_ssl",
+    "fixed_upload_size", "cache_regions", "retries",
 })
 _CLIENT_KWARGS = frozenset({"endpoint_url", "region_name", "verify"})
 # AWS_* variables that botocore and object_store read alike (or that only name where
