@@ -348,12 +348,15 @@ def test_a_write_the_linger_thread_failed_is_raised_by_the_next_flush(
     assert read_all(log, "a", "read_uncommitted") == []
 
 
-def test_next_commit_uploads_while_the_last_is_decided(
-        log: txlog.Log, gates: list[Gate], monkeypatch: pytest.MonkeyPatch) -> None:
-    """commit_transaction_async() queues its transaction before it waits for the last
-    commit: the batch object is written while that commit is still held.  When the held
-    commit then fails, the waiting call raises its error, the queued transaction is never
-    written, and one abort leaves the producer working."""
+def _commit_second_while_first_held(
+        log: txlog.Log, gates: list[Gate], monkeypatch: pytest.MonkeyPatch, txn_id: str,
+        fail: BaseException) -> tuple[Producer, Future[None], list[str],
+                                      list[BaseException | None]]:
+    """Hold a first transaction inside prepare_end (then fail it with ``fail``), and call
+    commit_transaction_async() for a second one (b"second" to partition 0) on a thread.
+    Returns once the second batch object is written, with the first still held: (producer,
+    the first commit's future, keys of every batch object written, the second call's
+    outcome, filled once the gate opens and the thread is joined)."""
     from txlog.partition_log import PartitionLog
 
     written: list[str] = []
@@ -368,8 +371,7 @@ def test_next_commit_uploads_while_the_last_is_decided(
         return out
 
     monkeypatch.setattr(PartitionLog, "write_data", write_data)
-    p, gate, first = held_commit(log, gates, "overlap", [b"first"],
-                                 fail=StorageError("injected: PrepareCommit write failed"))
+    p, gate, first = held_commit(log, gates, txn_id, [b"first"], fail=fail)
     p.begin_transaction()
     p.send("a", b"second", partition=0)
     outcome: list[BaseException | None] = []
@@ -388,6 +390,18 @@ def test_next_commit_uploads_while_the_last_is_decided(
     assert not first.done()
     gate.open()
     t.join(60)
+    assert not t.is_alive()
+    return p, first, written, outcome
+
+
+def test_next_commit_uploads_while_the_last_is_decided(
+        log: txlog.Log, gates: list[Gate], monkeypatch: pytest.MonkeyPatch) -> None:
+    """commit_transaction_async() queues its transaction before it waits for the last
+    commit: the batch object is written while that commit is still held.  When the held
+    commit then fails, the waiting call raises its error, the queued transaction is never
+    written, and one abort leaves the producer working."""
+    p, first, written, outcome = _commit_second_while_first_held(
+        log, gates, monkeypatch, "overlap", StorageError("injected: PrepareCommit failed"))
     assert len(outcome) == 1 and isinstance(outcome[0], StorageError)
     with pytest.raises(StorageError, match="injected"):
         first.result(60)
@@ -408,38 +422,10 @@ def test_next_commit_after_a_fenced_one_leaves_the_producer_fenced(
     """The commit held in flight turns out fenced while the next commit_transaction_async()
     waits for it: that call raises ProducerFencedError and the producer stays fenced (its
     next operation raises the same), as if the two calls had not overlapped."""
-    from txlog.partition_log import PartitionLog
     from txlog.producer import State
 
-    second_written = threading.Event()
-    real_write = PartitionLog.write_data
-
-    def write_data(self: PartitionLog, table: Any) -> Any:
-        out = real_write(self, table)
-        if b"second" in table.column("value").to_pylist():
-            second_written.set()
-        return out
-
-    monkeypatch.setattr(PartitionLog, "write_data", write_data)
-    p, gate, first = held_commit(log, gates, "fenced-next", [b"first"],
-                                 fail=ProducerFencedError("injected: fenced"))
-    p.begin_transaction()
-    p.send("a", b"second", partition=0)
-    outcome: list[BaseException | None] = []
-
-    def commit_second() -> None:
-        try:
-            p.commit_transaction_async()
-            outcome.append(None)
-        except BaseException as exc:
-            outcome.append(exc)
-
-    t = threading.Thread(target=commit_second)
-    t.start()
-    assert second_written.wait(60)
-    assert not first.done()
-    gate.open()
-    t.join(60)
+    p, first, _, outcome = _commit_second_while_first_held(
+        log, gates, monkeypatch, "fenced-next", ProducerFencedError("injected: fenced"))
     assert len(outcome) == 1 and isinstance(outcome[0], ProducerFencedError)
     with pytest.raises(ProducerFencedError):
         first.result(60)
