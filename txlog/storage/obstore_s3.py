@@ -118,15 +118,18 @@ class _BotocoreCredentials:
                 "token": frozen.token, "expires_at": expiry}
 
 
-def _missing_as_file_not_found(fn: Any) -> Any:
-    """obstore raises its own NotFoundError for some requests and FileNotFoundError for
-    others: callers see FileNotFoundError for every missing object."""
+def _request(fn: Any) -> Any:
+    """Marks this process's obstore runtime as started (see usable_here), and turns
+    obstore's own NotFoundError, which some requests raise instead of FileNotFoundError,
+    into FileNotFoundError."""
     import functools
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         from obstore.exceptions import NotFoundError
 
+        global _RUNTIME_PID
+        _RUNTIME_PID = os.getpid()
         try:
             return fn(*args, **kwargs)
         except NotFoundError as exc:
@@ -140,71 +143,47 @@ class ObstoreS3:
     full keys inside the bucket; errors are obstore's, for the caller to classify."""
 
     def __init__(self, bucket: str, kwargs: dict[str, Any]) -> None:
+        import obstore
         from obstore.store import S3Store
 
+        self._ob = obstore
         self._store = S3Store(bucket, **kwargs)
 
-    @staticmethod
-    def _started() -> None:
-        global _RUNTIME_PID
-        _RUNTIME_PID = os.getpid()
-
-    @_missing_as_file_not_found
+    @_request
     def create(self, key: str, data: bytes) -> None:
-        import obstore
-
-        self._started()
         # One PUT with If-None-Match: *; a multipart upload has no create-only mode.
-        obstore.put(self._store, key, data, mode="create", use_multipart=False)
+        self._ob.put(self._store, key, data, mode="create", use_multipart=False)
 
-    @_missing_as_file_not_found
+    @_request
     def put(self, key: str, data: bytes) -> None:
-        import obstore
+        self._ob.put(self._store, key, data)
 
-        self._started()
-        obstore.put(self._store, key, data)
-
-    @_missing_as_file_not_found
+    @_request
     def get(self, key: str) -> bytes:
-        import obstore
+        return bytes(self._ob.get(self._store, key).bytes())
 
-        self._started()
-        return bytes(obstore.get(self._store, key).bytes())
-
-    @_missing_as_file_not_found
+    @_request
     def get_range(self, key: str, start: int, end: int) -> bytes:
-        import obstore
+        return bytes(self._ob.get_range(self._store, key, start=start, end=end))
 
-        self._started()
-        return bytes(obstore.get_range(self._store, key, start=start, end=end))
-
-    @_missing_as_file_not_found
+    @_request
     def size(self, key: str) -> int:
-        import obstore
+        return int(self._ob.head(self._store, key)["size"])
 
-        self._started()
-        return int(obstore.head(self._store, key)["size"])
-
-    @_missing_as_file_not_found
+    @_request
     def delete(self, key: str) -> None:
-        import obstore
+        self._ob.delete(self._store, key)
 
-        self._started()
-        obstore.delete(self._store, key)
-
-    @_missing_as_file_not_found
+    @_request
     def list(self, folder: str, start_after: str | None) -> list[tuple[str, int]]:
         """(key, size) of every object under ``folder`` ('' or a path without the trailing
         '/'), sorted by the server, after ``start_after`` (sent as StartAfter)."""
-        import obstore
-
-        self._started()
         try:
-            stream = obstore.list(self._store, folder or None, offset=start_after)
+            stream = self._ob.list(self._store, folder or None, offset=start_after)
         except ValueError:
             # No valid key looks like this bound ('a//b'): list from the folder's start
             # (the caller filters by start_after itself).
-            stream = obstore.list(self._store, folder or None)
+            stream = self._ob.list(self._store, folder or None)
         return [(meta["path"], int(meta["size"])) for batch in stream for meta in batch]
 
 

@@ -309,8 +309,7 @@ class RemoteStore(ObjectStore):
                     fs.pipe_file(path, data, mode="create")
             except Exception as exc:
                 last = exc
-                kind = (obstore_s3.create_outcome(exc) if fast is not None
-                        else classify_create_error(exc))
+                kind = _outcome(exc, fast)
             else:
                 return True
             if kind == _UNSUPPORTED:
@@ -353,9 +352,7 @@ class RemoteStore(ObjectStore):
             except Exception as exc:
                 self.counter.add("get")
                 last = exc
-                kind = (obstore_s3.create_outcome(exc) if fast is not None
-                        else classify_create_error(exc))
-                if kind in (_FATAL, _UNSUPPORTED):
+                if _outcome(exc, fast) in (_FATAL, _UNSUPPORTED):
                     break
                 self._backoff(attempt)
                 continue
@@ -587,6 +584,11 @@ class RemoteStore(ObjectStore):
                 self.delete(key)
             except StorageError:
                 pass
+
+
+def _outcome(exc: BaseException, fast: obstore_s3.ObstoreS3 | None) -> str:
+    """How a failed conditional create is settled, by the client that raised it."""
+    return obstore_s3.create_outcome(exc) if fast is not None else classify_create_error(exc)
 
 
 def _pick_client(url: str, backend: str, options: dict[str, Any]) -> dict[str, Any] | None:
