@@ -49,7 +49,25 @@ def test_keys_and_endpoint_translate() -> None:
     assert kw == {"region": "us-east-1", "endpoint": "http://127.0.0.1:9000",
                   "virtual_hosted_style_request": False, "access_key_id": "k",
                   "secret_access_key": "s", "token": "t",
-                  "client_options": {"allow_http": True}}
+                  "client_options": {"allow_http": True}, "unsigned_payload": True}
+
+
+@pytest.mark.parametrize(("endpoint", "unsigned"), [
+    (None, True),                           # AWS: HTTPS
+    ("https://s3.example:9000", True),      # TLS protects the body
+    ("http://127.0.0.1:9000", True),        # loopback: no network to cross
+    ("http://localhost:9000", True),
+    ("http://[::1]:9000", True),
+    ("http://10.1.2.3:9000", False),        # plain HTTP over a network: signed
+    ("http://minio.internal:9000", False),  # a name that may resolve anywhere
+])
+def test_payloads_are_signed_only_over_plain_http_networks(endpoint: str | None,
+                                                             unsigned: bool) -> None:
+    cfg: dict[str, Any] = {"region_name": "r"}
+    if endpoint:
+        cfg["endpoint_url"] = endpoint
+    kw = store_kwargs({"key": "k", "secret": "s", "client_kwargs": cfg})
+    assert kw is not None and kw["unsigned_payload"] is unsigned
 
 
 def test_s3fs_tuning_options_do_not_stop_obstore() -> None:

@@ -15,9 +15,11 @@ obstore request hangs on its first one, so such children use s3fs.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 from typing import Any
+from urllib.parse import urlsplit
 
 # s3fs options that only tune s3fs's own caching or upload sizes: they change no request
 # semantics, so obstore may serve a store that sets them.
@@ -96,7 +98,30 @@ def store_kwargs(options: dict[str, Any]) -> dict[str, Any] | None:
         kwargs["credential_provider"] = _BotocoreCredentials()
     if client:
         kwargs["client_options"] = client
+    kwargs["unsigned_payload"] = payload_needs_no_signature(endpoint)
     return kwargs
+
+
+def payload_needs_no_signature(endpoint: str | None) -> bool:
+    """Whether requests may say UNSIGNED-PAYLOAD instead of the body's SHA-256.
+
+    The AWS SDKs sign payloads only over plain HTTP, where the signature is what protects
+    the body on the network; over HTTPS, TLS does.  A loopback endpoint never crosses a
+    network either.  Skipping the hash saves a SHA-256 pass over every body on the client
+    and another on the server (which checks it): with both on one 2-core machine, a
+    blocking 1 MB transaction on SeaweedFS took 23 ms instead of 31 (p50)."""
+    if not endpoint:
+        return True  # AWS's own endpoints, over HTTPS
+    url = urlsplit(str(endpoint))
+    if url.scheme == "https":
+        return True
+    host = (url.hostname or "").lower()
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a host name other than localhost: it may resolve anywhere
 
 
 class _BotocoreCredentials:
