@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from spark_ext import jvm_scan
 from spark_ext.native import _warn_once, check_spark_can_open
-from spark_ext.options import options_from_kwargs
+from spark_ext.options import PLAN_LOCK, cached_log_for, options_from_kwargs
 from spark_ext.staging import READER_ONLY_COLUMNS, ROUTING_COLUMNS, StagedFile
 from spark_ext.writer import (
     WRITE_OPTIONS,
@@ -61,7 +61,9 @@ def write(df: DataFrame, path: str | None = None, options: dict[str, Any] | None
     if path is not None:
         opts["path"] = path
     wo = parse_write_options(opts, streaming=False)
-    lg = wo.connect()
+    # This process's cached Log for the root: the commit then reads only what was
+    # appended since the last write instead of opening every partition again.
+    lg = cached_log_for(wo.url, wo.storage_options, [wo.topic] if wo.topic else [])
     why = None if engine == "python" else _unsupported(df, wo, lg)
     if why is None and engine != "python":
         try:
@@ -132,6 +134,8 @@ def _projected(df: DataFrame) -> DataFrame:
     if "partition" in types:  # longs are range-checked as longs, in the writer
         exprs.append("`partition`" if isinstance(types["partition"], LongType)
                      else "CAST(`partition` AS INT) AS `partition`")
+    if exprs == [f"`{c}`" for c in df.columns]:
+        return df  # already in shape: analysing a projection cost 10-15 ms per write
     return df.selectExpr(*exprs)
 
 
@@ -140,17 +144,17 @@ def _write_jvm(df: DataFrame, wo: WriteOptions, lg: Log) -> CommitResult:
     info = lg.topic(wo.topic)
     txn = new_staging_id()
     prefix = layout.staging_prefix(wo.topic, txn)
-    writer = (_projected(df).write.format(PROVIDER).mode("append")
-              .option("txlog.topic", wo.topic)
-              .option("txlog.partitions", str(info.partitions))
-              .option("txlog.staging", txn)
-              # full_path() takes object keys: the folder's URL is its first object's, cut.
-              .option("txlog.prefixUrl", lg.store.full_path(prefix + "x")[:-1])
-              .option("txlog.prefixKey", prefix)
-              .option("txlog.partitioner", wo.partitioner)
-              .option("txlog.fileBytes", str(wo.file_bytes))
-              # a local store's own setting: sync each object before the commit
-              .option("txlog.fsync", str(bool(getattr(lg.store, "fsync", True))).lower()))
+    writer = _projected(df).write.format(PROVIDER).mode("append").options(**{
+        "txlog.topic": wo.topic,
+        "txlog.partitions": str(info.partitions),
+        "txlog.staging": txn,
+        # full_path() takes object keys: the folder's URL is its first object's, cut.
+        "txlog.prefixUrl": lg.store.full_path(prefix + "x")[:-1],
+        "txlog.prefixKey": prefix,
+        "txlog.partitioner": wo.partitioner,
+        "txlog.fileBytes": str(wo.file_bytes),
+        # a local store's own setting: sync each object before the commit
+        "txlog.fsync": str(bool(getattr(lg.store, "fsync", True))).lower()})
     jvm = df.sparkSession.sparkContext._jvm
     assert jvm is not None
     try:
@@ -165,8 +169,9 @@ def _write_jvm(df: DataFrame, wo: WriteOptions, lg: Log) -> CommitResult:
     reported = jvm.io.txlog.spark.StagedWrites.take(txn)
     files = parse_staged(reported or "")
     try:
-        return commit_staged(wo, files, [txn], [wo.topic], app_id=wo.app_id,
-                             app_version=wo.app_version, lg=lg)
+        with PLAN_LOCK:  # the cached Log's partition states are shared with planning
+            return commit_staged(wo, files, [txn], [wo.topic], app_id=wo.app_id,
+                                 app_version=wo.app_version, lg=lg)
     except BaseException:
         # As Spark aborts a format("txlog") job whose commit failed: settle this write's
         # own transaction if it had started appending, and sweep what it did not list.
