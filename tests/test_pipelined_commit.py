@@ -320,14 +320,15 @@ def test_a_flush_waiting_on_another_thread_keeps_later_steps_in_order(
 def test_a_write_the_linger_thread_failed_is_raised_by_the_next_flush(
         log: txlog.Log, monkeypatch: pytest.MonkeyPatch) -> None:
     """Review finding: send_batch() returns no future, so a batch the linger thread
-    failed to write must fail the next flush(), as the flush would have."""
+    queued and the background writer failed to write must fail the next flush(), as the
+    flush would have."""
     from txlog.partition_log import PartitionLog
 
     real_write = PartitionLog.write_data
     attempted = threading.Event()
 
     def failing_write(self: Any, table: Any) -> Any:
-        if threading.current_thread().name == "txlog-linger":
+        if threading.current_thread().name.startswith("txlog-write"):
             attempted.set()
             raise StorageError("injected: batch object write failed")
         return real_write(self, table)

@@ -1,0 +1,191 @@
+"""Batches are written in the background (as Kafka's sender thread does): ``send()`` goes
+on while a full batch uploads, commits and ``flush()`` wait for what was queued, a failed
+write fails the transaction, and too much queued makes ``send()`` wait."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from test_transactions import read_all
+
+import txlog
+from txlog import producer as producer_mod
+from txlog.errors import InvalidTxnStateError, StorageError
+from txlog.partition_log import PartitionLog
+
+
+@pytest.fixture
+def log(tmp_path: object) -> txlog.Log:
+    lg = txlog.connect(str(tmp_path))
+    lg.create_topic("a", partitions=2)
+    return lg
+
+
+class UploadGate:
+    """Holds every batch-object upload (``PartitionLog.write_data``) until opened, or
+    fails the first ``fail`` of them."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, *, hold: bool = True,
+                 fail: int = 0) -> None:
+        self.real = PartitionLog.write_data
+        self.entered = threading.Event()
+        self.opened = threading.Event()
+        if not hold:
+            self.opened.set()
+        self.fail = fail
+        self.calls = 0
+        self.lock = threading.Lock()
+        gate = self
+
+        def write_data(plog: PartitionLog, table: Any) -> tuple[str, int]:
+            with gate.lock:
+                gate.calls += 1
+                failing = gate.calls <= gate.fail
+            gate.entered.set()
+            assert gate.opened.wait(60), "test gate never opened"
+            if failing:
+                raise StorageError("injected: batch object upload failed")
+            return gate.real(plog, table)
+
+        monkeypatch.setattr(PartitionLog, "write_data", write_data)
+
+    def open(self) -> None:
+        self.opened.set()
+
+
+@pytest.fixture
+def gates() -> Iterator[list[UploadGate]]:
+    made: list[UploadGate] = []
+    yield made
+    for g in made:  # never leave a writer thread blocked
+        g.open()
+
+
+def test_send_goes_on_while_a_full_batch_uploads(
+        log: txlog.Log, monkeypatch: pytest.MonkeyPatch, gates: list[UploadGate]) -> None:
+    """A transaction's full batch is queued: send() returns while its upload is held, and
+    later records queue behind it; the commit waits for the upload, then every record is
+    visible once, in send order, at the offsets its future reports."""
+    gate = UploadGate(monkeypatch)
+    gates.append(gate)
+    p = log.producer(transactional_id="bg", batch_size=300, linger_ms=60_000)
+    p.init_transactions()
+    p.begin_transaction()
+    futures = [p.send("a", f"r{i}".encode() * 20, partition=0) for i in range(12)]
+    assert gate.entered.wait(60), "no upload started although batches were full"
+    # Every send above returned with the first upload still held.
+    assert not futures[0].done()
+    assert read_all(log, "a", "read_uncommitted") == []
+    gate.open()
+    p.commit_transaction()
+    values = [f"r{i}".encode() * 20 for i in range(12)]
+    assert read_all(log, "a") == values
+    offsets = [f.get().offset for f in futures]
+    assert offsets == sorted(offsets) and len(set(offsets)) == len(offsets)
+    p.close()
+
+
+def test_get_waits_for_a_queued_batch_and_raises_for_one_still_filling(
+        log: txlog.Log, monkeypatch: pytest.MonkeyPatch, gates: list[UploadGate]) -> None:
+    """A transactional future of a queued batch waits for its write; one whose batch is
+    still filling raises at once (nothing would write it before flush or commit)."""
+    gate = UploadGate(monkeypatch)
+    gates.append(gate)
+    p = log.producer(transactional_id="get", batch_size=100, linger_ms=60_000)
+    p.init_transactions()
+    p.begin_transaction()
+    queued = p.send("a", b"x" * 200, partition=0)  # full at once: queued
+    filling = p.send("a", b"y", partition=1)
+    with pytest.raises(InvalidTxnStateError, match="not written yet"):
+        filling.get()
+    got: list[Any] = []
+    waiter = threading.Thread(target=lambda: got.append(queued.get(60)))
+    waiter.start()
+    assert gate.entered.wait(60)
+    gate.open()
+    waiter.join(60)
+    assert got and got[0].partition == 0 and got[0].offset == 0
+    p.commit_transaction()
+    assert filling.get().partition == 1
+    p.close()
+
+
+def test_a_failed_background_write_fails_the_transaction(
+        log: txlog.Log, monkeypatch: pytest.MonkeyPatch, gates: list[UploadGate]) -> None:
+    """The first upload fails after send() returned: the commit raises it, the
+    transaction is abortable, nothing of it is visible, and the next one commits."""
+    gates.append(UploadGate(monkeypatch, hold=False, fail=1))
+    p = log.producer(transactional_id="fail", batch_size=100, linger_ms=60_000)
+    p.init_transactions()
+    p.begin_transaction()
+    lost = p.send("a", b"lost" * 40, partition=0)  # full: queued, its upload fails
+    with pytest.raises(StorageError, match="injected"):
+        p.commit_transaction()
+    with pytest.raises(StorageError, match="injected"):
+        lost.get()
+    p.abort_transaction()
+    p.begin_transaction()
+    p.send("a", b"kept", partition=0)
+    p.commit_transaction()
+    assert read_all(log, "a", "read_uncommitted") == [b"kept"]
+    assert read_all(log, "a") == [b"kept"]
+    p.close()
+
+
+def test_send_waits_for_the_oldest_write_when_too_much_is_queued(
+        log: txlog.Log, monkeypatch: pytest.MonkeyPatch, gates: list[UploadGate]) -> None:
+    """Past the queue's bound, send() waits inside back-pressure until a write ends;
+    once the uploads go on, every send returns and everything commits."""
+    monkeypatch.setattr(producer_mod, "MAX_QUEUED_STEPS", 3)
+    gate = UploadGate(monkeypatch)
+    gates.append(gate)
+    p = log.producer(transactional_id="bp", batch_size=100, linger_ms=60_000)
+    p.init_transactions()
+    p.begin_transaction()
+    waiting = threading.Event()
+    real = p._backpressure
+
+    def backpressure() -> None:
+        if p._queued_steps > producer_mod.MAX_QUEUED_STEPS:
+            waiting.set()
+        real()
+
+    monkeypatch.setattr(p, "_backpressure", backpressure)
+    done = threading.Event()
+
+    def sends() -> None:
+        for i in range(10):  # each record fills a batch: one queued write per send
+            p.send("a", f"{i:03d}".encode() * 40, partition=i % 2)
+        done.set()
+
+    t = threading.Thread(target=sends)
+    t.start()
+    assert waiting.wait(60), "send() never hit the queue's bound"
+    assert not done.is_set()  # it is inside back-pressure, with every upload held
+    gate.open()
+    t.join(60)
+    assert done.is_set()
+    p.commit_transaction()
+    assert sorted(read_all(log, "a")) == [f"{i:03d}".encode() * 40 for i in range(10)]
+    p.close()
+
+
+def test_without_a_transaction_a_failed_write_fails_only_its_batch(
+        log: txlog.Log, monkeypatch: pytest.MonkeyPatch, gates: list[UploadGate]) -> None:
+    """A plain producer's failed background write fails that batch's futures and the
+    next flush(), once; later batches are still written."""
+    gates.append(UploadGate(monkeypatch, hold=False, fail=1))
+    p = log.producer(batch_size=100, linger_ms=60_000)
+    first = p.send("a", b"first" * 30, partition=0)  # full: queued, its upload fails
+    second = p.send("a", b"second" * 30, partition=0)
+    with pytest.raises(StorageError, match="injected"):
+        p.flush()
+    with pytest.raises(StorageError, match="injected"):
+        first.get()
+    assert second.get().offset == 0
+    p.flush()  # raised once
+    p.close()
+    assert read_all(log, "a", "read_uncommitted") == [b"second" * 30]
