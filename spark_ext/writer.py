@@ -77,6 +77,7 @@ from pyspark.sql.datasource import (
 
 from spark_ext import staging
 from spark_ext.options import (
+    PLAN_LOCK,
     cached_log_for,
     check_known,
     parse_int,
@@ -394,9 +395,14 @@ def commit_staged(wo: WriteOptions, files: list[StagedFile], txns: Iterable[str]
 
     if lg is None:
         # Spark reuses its commit worker: a cached Log reads only the entries appended
-        # since its last commit, where a fresh one replays each partition's tail.
-        lg = cached_log_for(wo.url, wo.storage_options,
-                            sorted({f.topic for f in files} | set(topics)))
+        # since its last commit, where a fresh one replays each partition's tail.  Its
+        # partition states are shared with planning in the same process.
+        with PLAN_LOCK:
+            return commit_staged(
+                wo, files, txns, topics, app_id=app_id, app_version=app_version,
+                transactional_id=transactional_id,
+                lg=cached_log_for(wo.url, wo.storage_options,
+                                  sorted({f.topic for f in files} | set(topics))))
     order = sorted(files, key=lambda f: (f.topic, f.partition, f.task, f.seq, f.key))
     prefixes = _staging_prefixes(lg, set(topics) | {f.topic for f in files}, txns)
     if app_id is not None:

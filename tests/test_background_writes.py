@@ -12,6 +12,7 @@ import pytest
 from test_transactions import read_all
 
 import txlog
+from txlog import TopicPartition
 from txlog import producer as producer_mod
 from txlog.errors import InvalidTxnStateError, StorageError
 from txlog.partition_log import PartitionLog
@@ -25,11 +26,11 @@ def log(tmp_path: object) -> txlog.Log:
 
 
 class UploadGate:
-    """Holds every batch-object upload (``PartitionLog.write_data``) until opened, or
-    fails the first ``fail`` of them."""
+    """Holds every batch-object upload (``PartitionLog.write_data``) until opened, and
+    fails the first ``fail`` of them, or those whose values start with ``fail_prefix``."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, *, hold: bool = True,
-                 fail: int = 0) -> None:
+                 fail: int = 0, fail_prefix: bytes | None = None) -> None:
         self.real = PartitionLog.write_data
         self.entered = threading.Event()
         self.opened = threading.Event()
@@ -43,7 +44,9 @@ class UploadGate:
         def write_data(plog: PartitionLog, table: Any) -> tuple[str, int]:
             with gate.lock:
                 gate.calls += 1
-                failing = gate.calls <= gate.fail
+                failing = gate.calls <= gate.fail or (
+                    fail_prefix is not None
+                    and table.column("value")[0].as_py().startswith(fail_prefix))
             gate.entered.set()
             assert gate.opened.wait(60), "test gate never opened"
             if failing:
@@ -173,19 +176,61 @@ def test_send_waits_for_the_oldest_write_when_too_much_is_queued(
     p.close()
 
 
-def test_without_a_transaction_a_failed_write_fails_only_its_batch(
+def test_without_a_transaction_nothing_lands_behind_a_lost_batch(
         log: txlog.Log, monkeypatch: pytest.MonkeyPatch, gates: list[UploadGate]) -> None:
-    """A plain producer's failed background write fails that batch's futures and the
-    next flush(), once; later batches are still written."""
-    gates.append(UploadGate(monkeypatch, hold=False, fail=1))
+    """A plain producer's failed write fails its futures, those of the write queued
+    behind it before the failure was known (which would otherwise land after a batch the
+    application may send again), and the next flush(), once; writes queued after go on."""
+    gate = UploadGate(monkeypatch, fail_prefix=b"lost")
+    gates.append(gate)
     p = log.producer(batch_size=100, linger_ms=60_000)
-    first = p.send("a", b"first" * 30, partition=0)  # full: queued, its upload fails
-    second = p.send("a", b"second" * 30, partition=0)
+    lost = p.send("a", b"lost" * 30, partition=0)  # full: queued, its upload will fail
+    behind = p.send("a", b"behind" * 30, partition=0)  # queued behind it
+    gate.open()
     with pytest.raises(StorageError, match="injected"):
         p.flush()
     with pytest.raises(StorageError, match="injected"):
-        first.get()
-    assert second.get().offset == 0
-    p.flush()  # raised once
+        lost.get()
+    with pytest.raises(InvalidTxnStateError, match="earlier queued write failed"):
+        behind.get()
+    later = p.send("a", b"later" * 30, partition=0)
+    p.flush()  # the failure was raised once; this write goes on
+    assert later.get().offset == 0
     p.close()
-    assert read_all(log, "a", "read_uncommitted") == [b"second" * 30]
+    assert read_all(log, "a", "read_uncommitted") == [b"later" * 30]
+
+
+def test_a_full_batch_takes_the_batches_past_linger_along(
+        log: txlog.Log, monkeypatch: pytest.MonkeyPatch, gates: list[UploadGate]) -> None:
+    """With the writes busy, a batch past linger waits; the next full batch takes it
+    along, so a quiet partition is not starved by a busy one."""
+    gate = UploadGate(monkeypatch)
+    gates.append(gate)
+    p = log.producer(transactional_id="along", batch_size=100, linger_ms=0)
+    p.init_transactions()
+    p.begin_transaction()
+    for i in range(3):  # full batches: the writes are busy (their uploads held)
+        p.send("a", f"{i}".encode() * 200, partition=0)
+    quiet = p.send("a", b"quiet", partition=1)  # past linger at once, but must wait
+    assert TopicPartition("a", 1) in p._pending
+    p.send("a", b"3" * 200, partition=0)  # full: takes the quiet batch along
+    assert TopicPartition("a", 1) not in p._pending
+    gate.open()
+    assert quiet.get(60).partition == 1  # written before any flush or commit
+    p.commit_transaction()
+    values = read_all(log, "a")
+    assert len(values) == 5 and values.count(b"quiet") == 1
+    p.close()
+
+
+def test_finished_writes_are_not_kept(log: txlog.Log) -> None:
+    """The producer keeps no trace of writes that ended (a long-lived producer would
+    otherwise hold every write's future, and a failed one's batch)."""
+    p = log.producer(batch_size=100, linger_ms=60_000)
+    for i in range(200):
+        p.send("a", f"{i:04d}".encode() * 30, partition=i % 2)
+    p.flush()
+    p.send("a", b"last" * 30, partition=0)
+    p.flush()
+    assert len(p._steps) <= 2
+    p.close()

@@ -11,13 +11,15 @@ record, checked on each send) and every batch is written on flush, commit or clo
 batch is written in the background, as Kafka's sender thread does: its object uploads
 (two at a time) and a committer thread appends the entries in order, while the caller
 goes on sending; ``flush()`` and commits wait for what was queued, and too much queued
-makes ``send()`` wait for the oldest write.  A lingered batch waits for a free upload
-(it grows meanwhile); a full one always goes.  A non-transactional producer also runs a
+makes ``send()`` wait for the oldest write.  A batch past linger goes on its own once
+fewer than two writes are queued (it grows meanwhile); a full one always goes, and takes
+the batches past linger along.  A non-transactional producer also runs a
 linger thread that queues a batch once ``linger.ms`` has passed with no further send: a
 quiet producer's records do not wait for ``flush()``.  (A transactional producer's
 records become visible only at commit, which writes them anyway.)  Without a
-transaction a failed write fails its batch's futures and the next ``flush()``; in a
-transaction it fails the transaction, as below.
+transaction a failed write fails its batch's futures, those of the writes queued before
+the failure was known (nothing lands behind a lost batch), and the next ``flush()``; in
+a transaction it fails the transaction, as below.
 
 ``commit_transaction()`` returns once PrepareCommit is durable (the outcome is decided
 then: anyone who meets it rolls it forward), as Kafka answers EndTxn before its markers
@@ -29,11 +31,12 @@ them, because the next transaction needs the epoch that CompleteCommit hands out
 ``commit_transaction_async()`` does not wait even for PrepareCommit: the transaction's
 last batches and its PrepareCommit are written by a committer thread while the caller
 begins the next transaction (as Flink's two-phase-commit sinks keep producing while the
-last checkpoint's transaction commits).  Until that thread is idle, every write is queued
-behind it in order, so the next transaction's entries follow the last one's commit and
-carry the epoch it hands out.  If a queued step fails, the later ones are skipped and the
-next operation of the caller raises its error: the open transaction (and the failed one,
-if it was never decided) must be aborted.
+last checkpoint's transaction commits).  The commit is a step in the same queue as the
+batch writes, so the next transaction's entries follow the last one's commit and carry
+the epoch it hands out.  In a transaction, if a queued step fails, the later ones are
+skipped and the next operation of the caller raises its error: the open transaction (and
+the failed one, if it was never decided) must be aborted, or, after a fatal error, the
+producer closed.
 """
 
 from __future__ import annotations
@@ -99,7 +102,8 @@ class _PendingBatch:
     nbytes: int = 0
     first_ms: int = 0
     futures: list[SendFuture] = field(default_factory=list)
-    # Set once every future of the batch is resolved (producers with a linger thread).
+    # Set once every future of the batch is resolved (a plain producer's from the start,
+    # a transaction's once the batch is queued for writing).
     written: threading.Event | None = None
 
 
@@ -208,6 +212,8 @@ class Producer:
         self._queued_bytes = 0
         self._queued_steps = 0
         self._steps: collections.deque[Future[Any]] = collections.deque()  # for back-pressure
+        self._step_ids = 0  # the last queued step's number
+        self._skip_through = 0  # without a transaction: steps up to it fail (see _run_queued)
         self._qlock = threading.Lock()  # the committer never takes _lock: the caller may
         # hold it while waiting for the committer
         # The linger thread (non-transactional producers): waits on _wake for batches.
@@ -250,6 +256,8 @@ class Producer:
     def _try_settle(self) -> None:
         # Reading an attribute must not raise a store error: the next operation retries
         # the background work and reports its failure.
+        if self.transactional_id is None:
+            return  # nothing to settle (and no need to wait for background writes)
         try:
             self._settle()
         except Exception:  # raw OSErrors from a filesystem too
@@ -436,7 +444,7 @@ class Producer:
     # -- the committer thread (pipelined commits) ------------------------------------------
 
     def _pipelining(self) -> bool:
-        """True while queued steps are outstanding (the caller must queue its writes)."""
+        """True while queued steps (writes, pipelined commits) are outstanding."""
         return self._pipeline is not None and not self._pipeline.done()
 
     def _reap_pipeline(self) -> None:
@@ -464,22 +472,36 @@ class Producer:
         with self._qlock:
             self._queued_bytes += nbytes
             self._queued_steps += 1
-        uploaded = self._upload(batches)
-        with self._qlock:  # callers on several threads: one order of steps and of _pipeline
-            fut = self._committer.submit(self._run_queued, fn, batches, nbytes, uploaded)
-            self._pipeline = fut
-            self._steps.append(fut)
+        try:
+            uploaded = self._upload(batches)
+            with self._qlock:  # callers on several threads: one order of steps, _pipeline
+                self._step_ids += 1
+                fut = self._committer.submit(self._run_queued, fn, batches, nbytes,
+                                             uploaded, self._step_ids)
+                self._pipeline = fut
+                while self._steps and self._steps[0].done():  # steps end in order
+                    self._steps.popleft()
+                self._steps.append(fut)
+        except BaseException as exc:  # e.g. a send racing close(): the pools are shut
+            with self._qlock:
+                self._queued_bytes -= nbytes
+                self._queued_steps -= 1
+            self._fail_batches([b for _, b in batches], exc)
+            raise
         return fut
 
     def _run_queued(self, fn: Any, batches: list[tuple[TopicPartition, _PendingBatch]],
-                    nbytes: int, uploaded: Uploaded | None) -> Any:
+                    nbytes: int, uploaded: Uploaded | None, step: int) -> Any:
         self._committer_ident = threading.get_ident()
         try:
-            if self._pipeline_error is not None:
-                # Skipped: an earlier step failed, so the open transaction cannot commit
-                # (a producer without transactions records no such error: see below).
+            if self._pipeline_error is not None or step <= self._skip_through:
+                # Skipped: an earlier step failed.  In a transaction, the open
+                # transaction cannot commit.  Without one, the writes queued before the
+                # failure was known fail too, so nothing lands behind a lost batch (as
+                # Kafka fails the batches in flight behind one); later writes go on.
                 exc = InvalidTxnStateError(
-                    f"not written: an earlier pipelined step failed ({self._pipeline_error})")
+                    f"not written: an earlier queued write failed "
+                    f"({self._pipeline_error or self._linger_error})")
                 self._fail_batches([b for _, b in batches], exc)
                 if uploaded is not None:
                     wait([uploaded])
@@ -493,10 +515,12 @@ class Producer:
                 with self._qlock:
                     if self.transactional_id is not None:
                         self._pipeline_error = exc
-                    elif self._linger_error is None:
-                        # Without a transaction each batch stands alone: its futures
-                        # carry the error, and the next flush() raises it.
-                        self._linger_error = exc
+                    else:
+                        # Without a transaction the batches' futures carry the error,
+                        # and the next flush() raises it.
+                        self._skip_through = self._step_ids
+                        if self._linger_error is None:
+                            self._linger_error = exc
                 raise
         finally:
             with self._qlock:
@@ -671,15 +695,20 @@ class Producer:
                     self._linger_error = exc
 
     def _maybe_flush(self, tp: TopicPartition, batch: _PendingBatch) -> None:
-        if batch.nbytes >= self.batch_size or (
-                now_ms() - batch.first_ms >= self.linger_ms and self._writes_idle()):
+        now = now_ms()
+        if batch.nbytes >= self.batch_size:
+            # Batches past linger go with it, as Kafka's sender drains every ready batch:
+            # while full ones keep the writes busy, a quiet partition's would wait on.
+            self._flush_partitions([tp] + [t for t, b in self._pending.items()
+                                           if t != tp and now - b.first_ms >= self.linger_ms])
+        elif now - batch.first_ms >= self.linger_ms and self._writes_idle():
             self._flush_partitions([tp])
 
     def _writes_idle(self) -> bool:
-        """Whether a lingered batch may go now.  While the uploads are busy it keeps
-        growing instead (as Kafka's batches wait for a free in-flight slot): many small
-        batches would each cost the committer a request, and it would fall behind;
-        full batches always go."""
+        """Whether a batch past linger may go on its own now: while two or more writes
+        (or commits) are queued it keeps growing instead, as Kafka's batches wait for a
+        free in-flight slot (many small batches would each cost the committer a request,
+        and it would fall behind).  Full batches always go, and take such batches along."""
         return self._queued_steps < MAX_UPLOADS
 
     def flush(self) -> None:
@@ -740,53 +769,24 @@ class Producer:
         return tables, self._write_objects(items)
 
     def _write_batches(self, batches: list[tuple[TopicPartition, _PendingBatch]],
-                       uploaded: Uploaded | None = None) -> None:
-        """Write the batch objects (unless ``uploaded`` is writing them), then their log
-        entries."""
+                       uploaded: Uploaded | None) -> None:
+        """On the committer thread: wait for the batch objects ``uploaded`` is writing,
+        registering their partitions meanwhile, then append their log entries."""
         if not batches:
             return
+        assert uploaded is not None  # _upload() writes every non-empty step's objects
         tps = [tp for tp, _ in batches]
-        if uploaded is not None:
+        try:
+            # Register while the objects are still being written (AddPartitions waits
+            # for the last commit's markers; neither needs the other).
             try:
-                # Register while the objects are still being written (AddPartitions
-                # waits for the last commit's markers; neither needs the other).
-                try:
-                    self._guard(lambda: self._register(tps))
-                except BaseException:
-                    wait([uploaded])
-                    if uploaded.exception() is None:
-                        self._discard_keys(tps, [k for k, _ in uploaded.result()[1]])
-                    raise
-                tables, objects = self._guard(uploaded.result)
-            except BaseException as exc:
-                self._fail_batches([b for _, b in batches], exc)
+                self._guard(lambda: self._register(tps))
+            except BaseException:
+                wait([uploaded])
+                if uploaded.exception() is None:
+                    self._discard_keys(tps, [k for k, _ in uploaded.result()[1]])
                 raise
-            self._append_entries(batches, tables, objects)
-            return
-        try:
-            tables = [self._conformed(tp, b) for tp, b in batches]
-        except BaseException as exc:
-            self._fail_batches([b for _, b in batches], exc)
-            raise
-        items = [(tp, t) for (tp, _), t in zip(batches, tables, strict=True)]
-        # Batch objects need no epoch and no registration: when the transaction must
-        # first wait for the last one's markers or register partitions, write them
-        # meanwhile (a small transaction's data write hides its AddPartitions).
-        overlap = self.transactional_id is not None and (
-            self._completing is not None or any(tp not in self._registered for tp in tps))
-        try:
-            if overlap:
-                fut = self._writers().submit(self._write_objects, items)
-                try:
-                    self._guard(lambda: self._register(tps))
-                except BaseException:
-                    wait([fut])
-                    if fut.exception() is None:
-                        self._discard_keys(tps, [k for k, _ in fut.result()])
-                    raise
-                objects = self._guard(fut.result)
-            else:
-                objects = self._guard(lambda: self._write_objects(items))
+            tables, objects = self._guard(uploaded.result)
         except BaseException as exc:
             self._fail_batches([b for _, b in batches], exc)
             raise
