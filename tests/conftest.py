@@ -136,6 +136,15 @@ def shared_store(request: pytest.FixtureRequest, store_factory: StoreFactory) ->
     return store_factory(request.param)
 
 
+@pytest.fixture
+def gates() -> Iterator[list[Any]]:
+    """Test gates (objects with ``open()``) that hold a thread inside a store call; every
+    one is opened at the end, so no background thread is left blocked."""
+    made: list[Any] = []
+    yield made
+    for g in made:
+        g.open()
+
 
 # --- Spark ---------------------------------------------------------------------------
 # ``spark``: one local[2] SparkSession for the whole run (tests/spark_session.py).

@@ -5,7 +5,6 @@ write fails the transaction, and too much queued makes ``send()`` wait."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -57,14 +56,6 @@ class UploadGate:
 
     def open(self) -> None:
         self.opened.set()
-
-
-@pytest.fixture
-def gates() -> Iterator[list[UploadGate]]:
-    made: list[UploadGate] = []
-    yield made
-    for g in made:  # never leave a writer thread blocked
-        g.open()
 
 
 def test_send_goes_on_while_a_full_batch_uploads(

@@ -4,7 +4,6 @@ produced while the last one commits, and exactly-once holds through failures."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from concurrent.futures import Future
 from typing import Any
 
@@ -46,14 +45,6 @@ class Gate:
 
     def open(self) -> None:
         self.opened.set()
-
-
-@pytest.fixture
-def gates() -> Iterator[list[Gate]]:
-    made: list[Gate] = []
-    yield made
-    for g in made:  # never leave a committer thread blocked
-        g.open()
 
 
 def held_commit(log: txlog.Log, gates: list[Gate], txn_id: str, values: list[bytes], *,
