@@ -161,7 +161,7 @@ MAX_QUEUED_STEPS = 16
 #: Bytes of queued batches before send() waits (at least 8 batches).  Kafka's
 #: buffer.memory is 32 MiB, but more than a few batches ahead of two uploads only makes
 #: a blocking commit wait longer for them: with 32 MiB, commit_transaction() took 71 ms
-#: (p50) on SeaweedFS at a 100 ms interval, with 8 MiB 27-38 ms, at no loss of throughput.
+#: (p50) on SeaweedFS at a 100 ms interval, with 8 MiB 27-46 ms, at no loss of throughput.
 QUEUED_BYTES = 8 << 20
 Uploaded = Future[tuple[list[pa.Table], list[tuple[str, int]]]]
 
@@ -214,6 +214,7 @@ class Producer:
         self._steps: collections.deque[Future[Any]] = collections.deque()  # for back-pressure
         self._step_ids = 0  # the last queued step's number
         self._skip_through = 0  # without a transaction: steps up to it fail (see _run_queued)
+        self._skip_cause: BaseException | None = None  # the failure they fail for
         self._qlock = threading.Lock()  # the committer never takes _lock: the caller may
         # hold it while waiting for the committer
         # The linger thread (non-transactional producers): waits on _wake for batches.
@@ -501,7 +502,7 @@ class Producer:
                 # Kafka fails the batches in flight behind one); later writes go on.
                 exc = InvalidTxnStateError(
                     f"not written: an earlier queued write failed "
-                    f"({self._pipeline_error or self._linger_error})")
+                    f"({self._pipeline_error or self._skip_cause})")
                 self._fail_batches([b for _, b in batches], exc)
                 if uploaded is not None:
                     wait([uploaded])
@@ -519,6 +520,7 @@ class Producer:
                         # Without a transaction the batches' futures carry the error,
                         # and the next flush() raises it.
                         self._skip_through = self._step_ids
+                        self._skip_cause = exc
                         if self._linger_error is None:
                             self._linger_error = exc
                 raise
