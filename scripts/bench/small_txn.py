@@ -1,6 +1,9 @@
 """Small transactions: txlog commits/s vs delta-rs commits/s on the same store (issue 9
 goal: at least 1.5x).
 
+On S3 a further delta-rs side runs with ``AWS_UNSIGNED_PAYLOAD`` (an info row): txlog
+sends unsigned payloads over HTTPS and loopback, delta-rs signs them by default.
+
 A further side commits with ``commit_transaction_async()`` (pipelined: the next
 transaction's batch is sent while the last one's PrepareCommit, markers and Complete are
 written; its block too ends when the last commit's markers are written).
