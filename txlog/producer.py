@@ -773,7 +773,8 @@ class Producer:
     def _write_batches(self, batches: list[tuple[TopicPartition, _PendingBatch]],
                        uploaded: Uploaded | None) -> None:
         """On the committer thread: wait for the batch objects ``uploaded`` is writing,
-        registering their partitions meanwhile, then append their log entries."""
+        registering their partitions meanwhile, then append their log entries.  A failure
+        is the step's: _await_pipeline gives the caller's thread the state it leaves."""
         if not batches:
             return
         assert uploaded is not None  # _upload() writes every non-empty step's objects
@@ -782,13 +783,13 @@ class Producer:
             # Register while the objects are still being written (AddPartitions waits
             # for the last commit's markers; neither needs the other).
             try:
-                self._guard(lambda: self._register(tps))
+                self._register(tps)
             except BaseException:
                 wait([uploaded])
                 if uploaded.exception() is None:
                     self._discard_keys(tps, [k for k, _ in uploaded.result()[1]])
                 raise
-            tables, objects = self._guard(uploaded.result)
+            tables, objects = uploaded.result()
         except BaseException as exc:
             self._fail_batches([b for _, b in batches], exc)
             raise
@@ -800,8 +801,8 @@ class Producer:
                 zip(batches, tables, objects, strict=True)):
             try:
                 ts_min, ts_max, untimed = ts_range(table)
-                base = self._guard(lambda t=table, p=tp, k=key, n=nbytes, lo=ts_min, hi=ts_max,
-                                   u=untimed: self._append_object(p, k, t.num_rows, n, lo, hi, u))
+                base = self._append_object(tp, key, table.num_rows, nbytes, ts_min, ts_max,
+                                           untimed)
             except BaseException as exc:
                 self._fail_batches([b for _, b in batches[i:]], exc)
                 raise
@@ -917,8 +918,8 @@ class Producer:
     # -- state checks ------------------------------------------------------------------------
 
     def _guard(self, fn: Any) -> Any:
-        if self._in_committer():
-            return fn()  # the caller's thread takes the state from _await_pipeline
+        """Run a write on the caller's thread, leaving the state its failure calls for
+        (the committer's steps leave theirs to _await_pipeline)."""
         try:
             return fn()
         except ProducerFencedError as exc:
