@@ -49,7 +49,7 @@ import time
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pyarrow as pa
 
@@ -163,7 +163,22 @@ MAX_QUEUED_STEPS = 16
 #: a blocking commit wait longer for them: with 32 MiB, commit_transaction() took 71 ms
 #: (p50) on SeaweedFS at a 100 ms interval, with 8 MiB 27-46 ms, at no loss of throughput.
 QUEUED_BYTES = 8 << 20
-Uploaded = Future[tuple[list[pa.Table], list[tuple[str, int]]]]
+
+
+class _Written(NamedTuple):
+    """A batch object written, with what its log entry needs (worked out by the writer
+    thread: the committer appends entries one after another, and every pyarrow call
+    there costs it a wait for the GIL, which the sending thread holds)."""
+
+    key: str
+    nbytes: int
+    rows: int
+    ts_min: int | None
+    ts_max: int | None
+    untimed: bool
+
+
+Uploaded = Future[list[_Written]]
 
 _PRODUCER_KEYS = {"batch.size", "linger.ms", "enable.idempotence", "transaction.timeout.ms",
                   "retries"}
@@ -508,7 +523,7 @@ class Producer:
                     wait([uploaded])
                     if uploaded.exception() is None:
                         self._discard_keys([tp for tp, _ in batches],
-                                           [k for k, _ in uploaded.result()[1]])
+                                           [w.key for w in uploaded.result()])
                 raise exc
             try:
                 return fn(batches, uploaded)
@@ -765,10 +780,11 @@ class Producer:
             return self._writer
 
     def _conform_and_write(self, batches: list[tuple[TopicPartition, _PendingBatch]],
-                           ) -> tuple[list[pa.Table], list[tuple[str, int]]]:
+                           ) -> list[_Written]:
         tables = [self._conformed(tp, b) for tp, b in batches]
         items = [(tp, t) for (tp, _), t in zip(batches, tables, strict=True)]
-        return tables, self._write_objects(items)
+        return [_Written(key, nbytes, t.num_rows, *ts_range(t)) for t, (key, nbytes) in
+                zip(tables, self._write_objects(items), strict=True)]
 
     def _write_batches(self, batches: list[tuple[TopicPartition, _PendingBatch]],
                        uploaded: Uploaded | None) -> None:
@@ -787,22 +803,20 @@ class Producer:
             except BaseException:
                 wait([uploaded])
                 if uploaded.exception() is None:
-                    self._discard_keys(tps, [k for k, _ in uploaded.result()[1]])
+                    self._discard_keys(tps, [w.key for w in uploaded.result()])
                 raise
-            tables, objects = uploaded.result()
+            written = uploaded.result()
         except BaseException as exc:
             self._fail_batches([b for _, b in batches], exc)
             raise
-        self._append_entries(batches, tables, objects)
+        self._append_entries(batches, written)
 
     def _append_entries(self, batches: list[tuple[TopicPartition, _PendingBatch]],
-                        tables: list[pa.Table], objects: list[tuple[str, int]]) -> None:
-        for i, ((tp, batch), table, (key, nbytes)) in enumerate(
-                zip(batches, tables, objects, strict=True)):
+                        written: list[_Written]) -> None:
+        for i, ((tp, batch), w) in enumerate(zip(batches, written, strict=True)):
             try:
-                ts_min, ts_max, untimed = ts_range(table)
-                base = self._append_object(tp, key, table.num_rows, nbytes, ts_min, ts_max,
-                                           untimed)
+                base = self._append_object(tp, w.key, w.rows, w.nbytes, w.ts_min, w.ts_max,
+                                           w.untimed)
             except BaseException as exc:
                 self._fail_batches([b for _, b in batches[i:]], exc)
                 raise
