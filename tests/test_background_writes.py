@@ -225,3 +225,63 @@ def test_finished_writes_are_not_kept(log: txlog.Log) -> None:
     p.flush()
     assert len(p._steps) <= 2
     p.close()
+
+
+def test_a_partial_batch_joins_a_queued_one_that_has_not_started(
+        log: txlog.Log, monkeypatch: pytest.MonkeyPatch, gates: list[UploadGate]) -> None:
+    """With two uploads held and a third batch waiting for a writer, the commit's last
+    (partial) batch joins the waiting one: one object and one entry fewer, the records
+    in send order at consecutive offsets."""
+    gate = UploadGate(monkeypatch)
+    gates.append(gate)
+    p = log.producer(transactional_id="join", batch_size=300, linger_ms=60_000)
+    p.init_transactions()
+    p.begin_transaction()
+    full = [p.send("a", f"full{i}".encode() * 80, partition=0) for i in range(3)]
+    assert gate.entered.wait(60)
+    tail = [p.send("a", f"tail{i}".encode(), partition=0) for i in range(2)]
+    decided = p.commit_transaction_async()
+    gate.open()
+    decided.result(60)
+    assert gate.calls == 3  # the tail rode in the third batch's object
+    values = [f"full{i}".encode() * 80 for i in range(3)] + [b"tail0", b"tail1"]
+    assert read_all(log, "a") == values
+    assert [f.get().offset for f in full + tail] == [0, 1, 2, 3, 4]
+    assert p.log.partition_log(TopicPartition("a", 0)).refresh().next_slot == 4  # 3 + marker
+    p.close()
+
+
+def test_a_batch_never_joins_one_of_the_previous_transaction(
+        log: txlog.Log, monkeypatch: pytest.MonkeyPatch, gates: list[UploadGate]) -> None:
+    """A committed transaction's last batch may still wait for a writer when the next
+    transaction queues its first; that one gets its own object, so aborting it leaves
+    the committed records and nothing of its own."""
+    gate = UploadGate(monkeypatch)
+    gates.append(gate)
+    p = log.producer(transactional_id="boundary", batch_size=300, linger_ms=60_000)
+    p.init_transactions()
+    p.begin_transaction()
+    for i in range(3):
+        p.send("a", f"kept{i}".encode() * 80, partition=0)
+    assert gate.entered.wait(60)
+    decided = p.commit_transaction_async()
+    p.begin_transaction()
+    p.send("a", b"aborted", partition=0)
+    queued = threading.Event()
+    real = p._backpressure
+
+    def backpressure() -> None:
+        queued.set()  # flush() queued the batch; it now waits for the writes
+        real()
+
+    monkeypatch.setattr(p, "_backpressure", backpressure)
+    flusher = threading.Thread(target=p.flush)
+    flusher.start()
+    assert queued.wait(60)
+    gate.open()
+    flusher.join(60)
+    decided.result(60)
+    assert gate.calls == 4
+    p.abort_transaction()
+    assert read_all(log, "a") == [f"kept{i}".encode() * 80 for i in range(3)]
+    p.close()

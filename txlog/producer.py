@@ -105,6 +105,35 @@ class _PendingBatch:
     # Set once every future of the batch is resolved (a plain producer's from the start,
     # a transaction's once the batch is queued for writing).
     written: threading.Event | None = None
+    # Later batches of the partition that joined this one while it waited to upload
+    # (their records follow this batch's; their futures moved to this batch).
+    joined: list[_PendingBatch] = field(default_factory=list)
+
+    def count(self) -> int:
+        return len(self.rows) + sum(t.num_rows for t in self.tables) + \
+            sum(j.count() for j in self.joined)
+
+    def join(self, later: _PendingBatch) -> None:
+        """Take ``later``'s records after this batch's (the caller holds the lock that
+        keeps this batch's upload from starting)."""
+        base = self.count()
+        for f in later.futures:
+            f.index += base
+            f._written = self.written
+        self.futures.extend(later.futures)
+        self.joined.append(later)
+        self.nbytes += later.nbytes
+
+
+class _Upload:
+    """The batch objects of one queued step; batches may join it until it starts."""
+
+    __slots__ = ("batches", "nbytes", "started")
+
+    def __init__(self, batches: list[tuple[TopicPartition, _PendingBatch]]) -> None:
+        self.batches = batches
+        self.nbytes = sum(b.nbytes for _, b in batches)
+        self.started = False
 
 
 class SendFuture:
@@ -227,6 +256,8 @@ class Producer:
         self._queued_bytes = 0
         self._queued_steps = 0
         self._steps: collections.deque[Future[Any]] = collections.deque()  # for back-pressure
+        # Each partition's last queued batch, with its step (see _join_queued).
+        self._tails: dict[TopicPartition, tuple[_Upload, _PendingBatch]] = {}
         self._step_ids = 0  # the last queued step's number
         self._skip_through = 0  # without a transaction: steps up to it fail (see _run_queued)
         self._skip_cause: BaseException | None = None  # the failure they fail for
@@ -353,10 +384,11 @@ class Producer:
     def commit_transaction(self) -> None:
         """Commit; returns once the outcome is decided (PrepareCommit is durable)."""
         self._require_txn()
-        self._await_pipeline()
-        self._check_can_end()
-        self.flush()
-        self._end(commit=True)
+        # The commit is queued behind the transaction's writes, as a pipelined one is:
+        # its last batches then upload while the earlier ones are still being appended,
+        # and PrepareCommit follows the last entry on the committer thread at once.
+        self._queue_commit()
+        self._await_pipeline()  # raises a failure, leaving the state it calls for
 
     def commit_transaction_async(self) -> Future[None]:
         """Commit without waiting: the transaction's last batches and its PrepareCommit are
@@ -376,17 +408,7 @@ class Producer:
         self._require_txn()
         prev = self._last_commit
         undecided = prev is not None and not prev.done()  # else reaped below or before
-        self._reap_pipeline()
-        self._check_can_end()
-        with self._lock:
-            batches = list(self._pending.items())
-            self._pending.clear()
-        self.state = State.READY
-        # Queue first: this transaction's objects upload while the last commit is still
-        # being decided (the committer runs the steps in order, so only the uploads,
-        # which need no epoch, overlap).
-        fut: Future[None] = self._queue(self._commit_queued, batches)
-        self._last_commit = fut
+        fut = self._queue_commit()
         if prev is None or not undecided:
             return fut
         wait([prev])
@@ -394,6 +416,23 @@ class Producer:
             # That commit failed, so this one is skipped: wait for that, take the state
             # the failure leaves (abortable or fatal) and raise its cause now.
             self._await_pipeline()
+        return fut
+
+    def _queue_commit(self) -> Future[None]:
+        """Queue the open transaction's last batches and its commit on the committer."""
+        self._reap_pipeline()
+        self._check_can_end()
+        with self._lock:
+            batches = self._join_queued(list(self._pending.items()))
+            self._pending.clear()
+        self.state = State.READY
+        # Queue first: this transaction's objects upload while the last commit is still
+        # being decided (the committer runs the steps in order, so only the uploads,
+        # which need no epoch, overlap).
+        fut: Future[None] = self._queue(self._commit_queued, batches)
+        self._last_commit = fut
+        with self._qlock:  # the next transaction's batches never join this one's
+            self._tails.clear()
         return fut
 
     def _check_can_end(self) -> None:
@@ -413,6 +452,8 @@ class Producer:
                 for f in batch.futures:
                     f._fail(InvalidTxnStateError("transaction aborted before the batch was sent"))
             self._pending.clear()
+        with self._qlock:
+            self._tails.clear()
         self._end(commit=False)
 
     def _end(self, commit: bool) -> None:
@@ -479,7 +520,8 @@ class Producer:
             self._committer = ThreadPoolExecutor(1, thread_name_prefix=(
                 f"txlog-commit-{self.transactional_id}" if self.transactional_id is not None
                 else "txlog-send"))
-        nbytes = sum(b.nbytes for _, b in batches)
+        step = _Upload(batches)
+        nbytes = step.nbytes
         for _, b in batches:
             if b.written is None:  # a transaction's batch: get() may now wait for it
                 b.written = threading.Event()
@@ -489,11 +531,13 @@ class Producer:
             self._queued_bytes += nbytes
             self._queued_steps += 1
         try:
-            uploaded = self._upload(batches)
+            uploaded = self._upload(step)
             with self._qlock:  # callers on several threads: one order of steps, _pipeline
                 self._step_ids += 1
-                fut = self._committer.submit(self._run_queued, fn, batches, nbytes,
+                fut = self._committer.submit(self._run_queued, fn, batches, step,
                                              uploaded, self._step_ids)
+                for tp, b in batches:  # a later partial batch may join these
+                    self._tails[tp] = (step, b)
                 self._pipeline = fut
                 while self._steps and self._steps[0].done():  # steps end in order
                     self._steps.popleft()
@@ -507,7 +551,7 @@ class Producer:
         return fut
 
     def _run_queued(self, fn: Any, batches: list[tuple[TopicPartition, _PendingBatch]],
-                    nbytes: int, uploaded: Uploaded | None, step: int) -> Any:
+                    upload: _Upload, uploaded: Uploaded | None, step: int) -> Any:
         self._committer_ident = threading.get_ident()
         try:
             if self._pipeline_error is not None or step <= self._skip_through:
@@ -541,7 +585,7 @@ class Producer:
                 raise
         finally:
             with self._qlock:
-                self._queued_bytes -= nbytes
+                self._queued_bytes -= upload.nbytes
                 self._queued_steps -= 1
 
     def _commit_queued(self, batches: list[tuple[TopicPartition, _PendingBatch]],
@@ -745,11 +789,12 @@ class Producer:
         tps = [tp for tp in tps if tp in self._pending]
         if not tps:
             return
-        batches = [(tp, self._pending.pop(tp)) for tp in tps]
+        batches = self._join_queued([(tp, self._pending.pop(tp)) for tp in tps])
         # Written in the background, as Kafka's sender thread does: the caller goes on
         # queueing records while the objects upload and the committer appends their
         # entries in order.  A transaction's writes wait for nothing but its commit.
-        self._queue(self._write_batches, batches)
+        if batches:
+            self._queue(self._write_batches, batches)
         self._backpressure()
 
     def _backpressure(self) -> None:
@@ -766,12 +811,31 @@ class Producer:
                 return
             wait([oldest])
 
-    def _upload(self, batches: list[tuple[TopicPartition, _PendingBatch]]) -> Uploaded | None:
+    def _upload(self, step: _Upload) -> Uploaded | None:
         """Start writing the batches' objects now, beside the commit in flight and each
         other: they need no epoch and no registration, only their entries wait."""
-        if not batches:
+        if not step.batches:
             return None
-        return self._writers().submit(self._conform_and_write, batches)
+        return self._writers().submit(self._conform_and_write, step)
+
+    def _join_queued(self, batches: list[tuple[TopicPartition, _PendingBatch]],
+                     ) -> list[tuple[TopicPartition, _PendingBatch]]:
+        """Let each partial batch join its partition's last queued batch if that one has
+        not started uploading (at most two batch sizes together); returns the rest.  A
+        commit's last batch, or a linger flush behind a backlog, then costs no object
+        and no log entry of its own, as a Kafka batch takes records until it is sent."""
+        rest = []
+        with self._qlock:
+            for tp, b in batches:
+                tail = self._tails.get(tp)
+                if tail is not None and not tail[0].started and b.nbytes < self.batch_size \
+                        and tail[1].nbytes + b.nbytes <= 2 * self.batch_size:
+                    tail[1].join(b)
+                    tail[0].nbytes += b.nbytes
+                    self._queued_bytes += b.nbytes
+                else:
+                    rest.append((tp, b))
+        return rest
 
     def _writers(self) -> ThreadPoolExecutor:
         with self._qlock:  # the caller's thread and the committer's
@@ -779,8 +843,10 @@ class Producer:
                 self._writer = ThreadPoolExecutor(MAX_UPLOADS, thread_name_prefix="txlog-write")
             return self._writer
 
-    def _conform_and_write(self, batches: list[tuple[TopicPartition, _PendingBatch]],
-                           ) -> list[_Written]:
+    def _conform_and_write(self, step: _Upload) -> list[_Written]:
+        with self._qlock:  # no batch joins from here on
+            step.started = True
+        batches = step.batches
         tables = [self._conformed(tp, b) for tp, b in batches]
         items = [(tp, t) for (tp, _), t in zip(batches, tables, strict=True)]
         return [_Written(key, nbytes, t.num_rows, *ts_range(t)) for t, (key, nbytes) in
@@ -828,9 +894,11 @@ class Producer:
     def _conformed(self, tp: TopicPartition, batch: _PendingBatch) -> pa.Table:
         """A pending batch as one table of the topic's schema."""
         info = self.log.topic(tp.topic)
-        tables = list(batch.tables)
-        if batch.rows:
-            tables.append(self._rows_table(tp, batch.rows))
+        tables = []
+        for part in (batch, *batch.joined):
+            tables.extend(part.tables)
+            if part.rows:
+                tables.append(self._rows_table(tp, part.rows))
         if len(tables) > 1:  # pieces may differ (null-typed or missing columns)
             tables = [conform(t, info.schema, tp.topic, kafka_shaped=info.kafka_shaped)
                       for t in tables]

@@ -9,9 +9,9 @@ record at a time with ``send()`` as fast as the caller can; the transactional on
 of equal duration (0.5 s in --small) alternate between the two (order flipped every round,
 many rounds, because the machine is shared and noisy); throughput is
 records per second including the final flush, the ratio is the median of per-round ratios.
-Commit latency is ``commit_transaction()`` alone, after an explicit ``flush()`` of the
-transaction's last batch (so it is the protocol's cost: EndTxn = Prepare*, markers,
-Complete*); "commit+flush" includes writing that last batch.
+Commit latency is the ``commit_transaction()`` call, as a user makes it: it writes the
+transaction's last batches, waits for the batches still queued, and returns once
+PrepareCommit is durable (markers and Complete* follow in the background).
 
 A third side commits with ``commit_transaction_async()`` (pipelined: the next transaction
 is produced while the last one's batches and PrepareCommit are written); its segment ends
@@ -65,7 +65,6 @@ def run_target(tg: C.Target, *, seconds: float, rounds: int, interval_ms: int,
     def run_txn(duration: float, pipelined: bool = False) -> dict[str, Any]:
         n = txns = 0
         commit_lat: list[float] = []
-        total_lat: list[float] = []
         t0 = C.perf()
         end = t0 + duration
         while True:
@@ -80,22 +79,18 @@ def run_target(tg: C.Target, *, seconds: float, rounds: int, interval_ms: int,
                     break
             t_end = C.perf()
             if pipelined:
-                t_c = t_end
                 last = txn.commit_transaction_async()
             else:
-                txn.flush()
-                t_c = C.perf()
                 txn.commit_transaction()
             done = C.perf()
-            commit_lat.append(done - t_c)
-            total_lat.append(done - t_end)
+            commit_lat.append(done - t_end)
             txns += 1
             if done >= end:
                 break
         if pipelined:
             last.result()  # the segment's records count once their commit is decided
         return {"records": n, "elapsed": C.perf() - t0, "txns": txns,
-                "commit_lat": commit_lat, "total_lat": total_lat}
+                "commit_lat": commit_lat}
 
     sides = ("plain", "txn", "pipelined")
     run_plain(min(0.3, seconds))  # warm-up all
@@ -108,7 +103,6 @@ def run_target(tg: C.Target, *, seconds: float, rounds: int, interval_ms: int,
     recs = dict.fromkeys(sides, 0)
     txns = 0
     commit_lat: list[float] = []
-    total_lat: list[float] = []
     pipe_lat: list[float] = []
     for r in range(rounds):
         order = list(sides) if r % 2 == 0 else list(reversed(sides))
@@ -125,9 +119,8 @@ def run_target(tg: C.Target, *, seconds: float, rounds: int, interval_ms: int,
             if side == "txn":
                 txns += res["txns"]
                 commit_lat += res["commit_lat"]
-                total_lat += res["total_lat"]
             elif side == "pipelined":
-                pipe_lat += res["total_lat"]
+                pipe_lat += res["commit_lat"]
         ratios.append(C.ratio(got["txn"], got["plain"]))
         pipe_ratios.append(C.ratio(got["pipelined"], got["plain"]))
         C.progress(f"{tg.name}: round {r + 1}/{rounds}: plain {got['plain']:,.0f} rec/s, "
@@ -153,8 +146,6 @@ def run_target(tg: C.Target, *, seconds: float, rounds: int, interval_ms: int,
         "records_per_txn": recs["txn"] / max(1, txns),
         "commit_p50_ms": C.percentile(commit_lat, 50) * 1000,
         "commit_p99_ms": C.percentile(commit_lat, 99) * 1000,
-        "commit_with_flush_p50_ms": C.percentile(total_lat, 50) * 1000,
-        "commit_with_flush_p99_ms": C.percentile(total_lat, 99) * 1000,
         "requests_per_txn": C.per(reqs["txn"], txns),
         "overhead_requests_per_txn": {k: v for k, v in overhead.items() if abs(v) >= 0.005},
         "plain_requests_per_1000_records": C.per(reqs["plain"], max(1, recs["plain"]) // 1000),
@@ -193,15 +184,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for store, r in results.items():
         rows.append([store, "commit_transaction()", r["plain_records_per_s"],
                      r["txn_records_per_s"], r["ratio"], r["commit_p50_ms"],
-                     r["commit_p99_ms"], r["commit_with_flush_p50_ms"], r["records_per_txn"]])
+                     r["commit_p99_ms"], r["records_per_txn"]])
         rows.append([store, "commit_transaction_async()", r["plain_records_per_s"],
                      r["pipelined_records_per_s"], r["pipelined_ratio"],
                      r["pipelined_caller_wait_p50_ms"], r["pipelined_caller_wait_p99_ms"],
-                     "-", "-"])
+                     "-"])
     C.print_table(f"Transactional vs plain producer, commit every {interval_ms} ms "
                   f"({args.mode}, {rounds} rounds x {seconds}s per side, medians)",
                   ["store", "commit with", "plain rec/s", "txn rec/s", "txn/plain",
-                   "commit p50 ms", "commit p99 ms", "commit+flush p50", "records/txn"], rows)
+                   "commit p50 ms", "commit p99 ms", "records/txn"], rows)
     C.print_table("Object-store requests per transaction",
                   ["store", "total per txn (data + protocol)", "protocol only"],
                   [[s, C.fmt_counts(r["requests_per_txn"]),
