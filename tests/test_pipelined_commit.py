@@ -426,3 +426,143 @@ def test_next_commit_after_a_fenced_one_leaves_the_producer_fenced(
         p.begin_transaction()
     p.close()
     assert read_all(log, "a") == []
+
+
+class MarkerGate:
+    """Holds the first ``Coordinator.write_markers`` call (the completer's) until opened,
+    and records every state-log write that lands."""
+
+    def __init__(self, log: txlog.Log, monkeypatch: pytest.MonkeyPatch) -> None:
+        from txlog.coordinator import Coordinator
+        from txlog.state_log import StateLogPartition
+
+        self.entered = threading.Event()
+        self.opened = threading.Event()
+        self.writes: list[Any] = []
+        self.calls = 0
+        real_markers = Coordinator.write_markers
+        real_cas = StateLogPartition.compare_and_set
+        gate = self
+
+        def write_markers(coord: Coordinator, prep: Any) -> None:
+            gate.calls += 1
+            if gate.calls == 1:
+                gate.entered.set()
+                assert gate.opened.wait(60), "test gate never opened"
+            real_markers(coord, prep)
+
+        def compare_and_set(part: StateLogPartition, txn_id: str, expected: Any,
+                            new: Any) -> bool:
+            won = real_cas(part, txn_id, expected, new)
+            if won:
+                gate.writes.append(new)
+            return won
+
+        monkeypatch.setattr(Coordinator, "write_markers", write_markers)
+        monkeypatch.setattr(StateLogPartition, "compare_and_set", compare_and_set)
+
+    def open(self) -> None:
+        self.opened.set()
+
+
+class ClaimWatch:
+    """Patches the producer's completion record so a test learns when the next
+    transaction has claimed the CompleteCommit."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from txlog import producer as producer_mod
+
+        claimed = self.claimed = threading.Event()
+
+        class Watched(producer_mod._Completion):
+            def __setattr__(self, name: str, value: Any) -> None:
+                super().__setattr__(name, value)
+                if name == "claimed" and value:
+                    claimed.set()
+
+        monkeypatch.setattr(producer_mod, "_Completion", Watched)
+
+
+def test_complete_commit_is_written_with_the_next_add_partitions(
+        log: txlog.Log, monkeypatch: pytest.MonkeyPatch, gates: list[Any]) -> None:
+    """When the next transaction registers its first partition while the last commit's
+    markers are still being written, CompleteCommit and that AddPartitions are one
+    state-log write: PrepareCommit is followed by an Ongoing record that names the
+    commit; both transactions are visible exactly once, and a retried EndTxn of the
+    first gets the second's epoch, not an error."""
+    gate = MarkerGate(log, monkeypatch)
+    gates.append(gate)
+    watch = ClaimWatch(monkeypatch)
+    p = log.producer(transactional_id="fold", linger_ms=60_000)
+    p.init_transactions()
+    p.begin_transaction()
+    p.send("a", b"first", partition=0)
+    first = p.commit_transaction_async()
+    first.result(60)  # decided; its markers are held
+    assert gate.entered.wait(60)
+    pid, epoch = first_txn = (p._producer_id, p._epoch)
+    p.begin_transaction()
+    p.send("a", b"second", partition=1)
+    flusher = threading.Thread(target=p.flush)
+    flusher.start()
+    assert watch.claimed.wait(60), "the next AddPartitions never claimed CompleteCommit"
+    gate.open()
+    flusher.join(60)
+    states = [(r.state, r.prev_outcome) for r in gate.writes]
+    i = states.index(("PrepareCommit", ""))
+    assert states[i + 1:] == [("Ongoing", "commit")], states  # no CompleteCommit
+    folded = gate.writes[i + 1]
+    assert (folded.prev_producer_id, folded.prev_epoch) == first_txn
+    assert folded.partitions == (("a", 1),) and folded.epoch == epoch + 1
+    # EndTxn of the first transaction again (a retry) is answered from the record.
+    other = txlog.connect(log.url).coordinator
+    assert other.end_txn("fold", pid, epoch, commit=True) == (folded.producer_id,
+                                                              folded.epoch)
+    p.commit_transaction()
+    assert sorted(read_all(log, "a")) == [b"first", b"second"]
+    p.close()
+
+
+def test_a_commit_rolled_forward_by_another_client_meanwhile(
+        log: txlog.Log, monkeypatch: pytest.MonkeyPatch, gates: list[Any]) -> None:
+    """Another client (here ``txlog maintain``'s sweep) completes the commit after the
+    next transaction claimed its CompleteCommit: the combined write loses its race, the
+    producer takes the other client's CompleteCommit and registers the usual way, and
+    both transactions are visible exactly once."""
+    gate = MarkerGate(log, monkeypatch)
+    gates.append(gate)
+    watch = ClaimWatch(monkeypatch)
+    p = log.producer(transactional_id="race", linger_ms=60_000)
+    p.init_transactions()
+    p.begin_transaction()
+    p.send("a", b"first", partition=0)
+    p.commit_transaction_async().result(60)
+    assert gate.entered.wait(60)
+    p.begin_transaction()
+    p.send("a", b"second", partition=0)
+    flusher = threading.Thread(target=p.flush)
+    flusher.start()
+    assert watch.claimed.wait(60)
+    other = txlog.connect(log.url)
+    assert other.coordinator.sweep() == ["race"]  # markers (not held) and CompleteCommit
+    gate.open()
+    flusher.join(60)
+    p.commit_transaction()
+    states = [r.state for r in gate.writes]
+    assert "CompleteCommit" in states and states.count("PrepareCommit") == 2
+    assert read_all(log, "a") == [b"first", b"second"]
+    p.close()
+
+
+def test_only_a_commit_completes_into_the_next_transaction() -> None:
+    """Pure state machine: Ongoing may follow PrepareCommit (the combined write), never
+    PrepareAbort (an abort completes before the producer goes on); the record keeps
+    what it completed through JSON."""
+    from txlog.txn_state import TxnRecord
+
+    ongoing = TxnRecord("t", 7, 3, "Ongoing", 60_000, (("a", 0),))
+    nxt = ongoing.transition("PrepareCommit").transition(
+        "Ongoing", epoch=4, prev_producer_id=7, prev_epoch=3, prev_outcome="commit")
+    assert TxnRecord.from_json(nxt.to_json(), "test") == nxt
+    with pytest.raises(InvalidTxnStateError):
+        ongoing.transition("PrepareAbort").transition("Ongoing")

@@ -166,9 +166,10 @@ class Coordinator:
             cur, fresh = self._current(part, txn_id, producer_id, epoch, fresh)
             now = now_ms()
             if cur is not None and (cur.prev_producer_id, cur.prev_epoch) == (producer_id, epoch) \
-                    and cur.state in (COMPLETE_COMMIT, COMPLETE_ABORT):
+                    and (cur.state in (COMPLETE_COMMIT, COMPLETE_ABORT)
+                         or (cur.state == ONGOING and cur.prev_outcome == "commit")):
                 # The transaction already ended: our own retry, or a timeout abort.
-                if (cur.state == COMPLETE_COMMIT) == commit:
+                if (cur.state != COMPLETE_ABORT) == commit:
                     return cur.producer_id, cur.epoch
                 if cur.abort_reason == "timeout":
                     raise self._timeout_error(txn_id)
@@ -208,6 +209,11 @@ class Coordinator:
 
     def _complete(self, prep: TxnRecord) -> tuple[int, int]:
         """Write markers to every registered partition, then persist Complete*."""
+        self.write_markers(prep)
+        return self.finish(prep)
+
+    def write_markers(self, prep: TxnRecord) -> None:
+        """Write a Prepare* record's markers to every partition it registered."""
         commit = prep.state == PREPARE_COMMIT
         crashpoint("after_prepare")
 
@@ -226,6 +232,11 @@ class Coordinator:
         else:
             for tp in tps:
                 mark(tp)
+
+    def finish(self, prep: TxnRecord) -> tuple[int, int]:
+        """Persist Complete* for a Prepare* record whose markers are written; returns the
+        (id, epoch) for the next transaction of its transactional.id."""
+        commit = prep.state == PREPARE_COMMIT
         crashpoint("before_complete")
         part = self.state_log.partition_for(prep.txn_id)
         pid, epoch = bump_epoch(prep, self._fresh_pid_if(needs_new_producer_id(prep)))
@@ -236,12 +247,37 @@ class Coordinator:
         if part.compare_and_set(prep.txn_id, prep, done):
             return pid, epoch
         cur = part.get(prep.txn_id)
-        if cur is not None and cur.state in (COMPLETE_COMMIT, COMPLETE_ABORT) and \
+        if cur is not None and (cur.state in (COMPLETE_COMMIT, COMPLETE_ABORT) or (
+                cur.state == ONGOING and cur.prev_outcome == "commit")) and \
                 (cur.prev_producer_id, cur.prev_epoch) == (prep.producer_id, prep.epoch):
             return cur.producer_id, cur.epoch  # someone else completed it (same decision)
         # A newer instance took over since (its init_producer_id rolled this transaction
         # forward): never hand out its epoch, or two live instances would share it.  The
         # epoch we return is already fenced.
+        return pid, epoch
+
+    def complete_into_next(self, prep: TxnRecord, tps: Iterable[TopicPartition],
+                           ) -> tuple[int, int] | None:
+        """Complete a PrepareCommit whose markers are all written, and register ``tps``
+        for the same transactional.id's next transaction, in one state-log write
+        (CompleteCommit and AddPartitionsToTxn together: a pipelined producer's next
+        transaction needs both, one after the other).  Returns the (id, epoch) of the new
+        transaction, or None if the record changed since ``prep`` (another client rolled
+        the commit forward, or a newer instance took over): then complete and add
+        partitions the usual way, which sees what happened."""
+        assert prep.state == PREPARE_COMMIT
+        crashpoint("before_complete")
+        part = self.state_log.partition_for(prep.txn_id)
+        pid, epoch = bump_epoch(prep, self._fresh_pid_if(needs_new_producer_id(prep)))
+        now = now_ms()
+        nxt = prep.transition(
+            ONGOING, producer_id=pid, epoch=epoch,
+            partitions=tuple(sorted({(tp.topic, tp.partition) for tp in tps})),
+            prev_producer_id=prep.producer_id, prev_epoch=prep.epoch, prev_outcome="commit",
+            txn_start_ms=now, last_update_ms=now, abort_reason="")
+        if not part.compare_and_set(prep.txn_id, prep, nxt):
+            return None
+        crashpoint("after_add_partitions")
         return pid, epoch
 
     def write_marker(self, tp: TopicPartition, producer_id: int, epoch: int,

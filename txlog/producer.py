@@ -73,6 +73,7 @@ from txlog.records import TopicPartition, conform, kafka_table, now_ms, ts_range
 
 if TYPE_CHECKING:
     from txlog.log import Log
+    from txlog.txn_state import TxnRecord
 
 _log = logging.getLogger(__name__)
 
@@ -123,6 +124,21 @@ class _PendingBatch:
         self.futures.extend(later.futures)
         self.joined.append(later)
         self.nbytes += later.nbytes
+
+
+class _Completion:
+    """A decided commit whose markers and CompleteCommit the completer thread writes.
+    The next transaction's first AddPartitions may claim the CompleteCommit while the
+    markers are being written, and write both in one record."""
+
+    __slots__ = ("claimed", "finishing", "future", "lock", "prep")
+
+    def __init__(self, prep: TxnRecord) -> None:
+        self.prep = prep
+        self.lock = threading.Lock()
+        self.claimed = False  # the next AddPartitions writes CompleteCommit with it
+        self.finishing = False  # the completer writes CompleteCommit itself
+        self.future: Future[tuple[int, int] | None] | None = None
 
 
 class _Upload:
@@ -241,7 +257,7 @@ class Producer:
         self._rr = RoundRobin()
         # The last transaction end whose markers and Complete* are still being written:
         # (its producer id, epoch, commit?, the future of the next (id, epoch)).
-        self._completing: tuple[int, int, bool, Future[tuple[int, int]]] | None = None
+        self._completing: _Completion | None = None
         self._completer: ThreadPoolExecutor | None = None
         self._writer: ThreadPoolExecutor | None = None
         # Pipelined commits (commit_transaction_async): the committer thread runs queued
@@ -493,9 +509,10 @@ class Producer:
             if self._completer is None:
                 self._completer = ThreadPoolExecutor(
                     1, thread_name_prefix=f"txlog-complete-{self.transactional_id}")
-            fut = self._completer.submit(completions.run, coord.complete, step)
-            completions.track(self.log.store.identity, step.producer_id, step.epoch, fut)
-            self._completing = (self.producer_id, self.epoch, commit, fut)
+            c = _Completion(step)
+            c.future = self._completer.submit(completions.run, self._complete, c)
+            completions.track(self.log.store.identity, step.producer_id, step.epoch, c.future)
+            self._completing = c
         record_end_txn(self.log, commit, (time.perf_counter() - t0) * 1000)
 
     # -- the committer thread (pipelined commits) ------------------------------------------
@@ -622,19 +639,57 @@ class Producer:
 
     def _settle(self) -> None:
         """Wait for the last transaction's markers and Complete*, and take the (id, epoch)
-        they hand out.  If the background attempt failed (a store error), finish it here:
-        the outcome was decided, so this only retries writing it down."""
+        they hand out.  If the background attempt failed (a store error), or left
+        Complete* to a next transaction that did not write it, finish it here: the
+        outcome was decided, so this only retries writing it down."""
         self._await_pipeline()
-        if self._completing is None:
+        c = self._completing
+        if c is None:
             return
-        pid, epoch, commit, fut = self._completing
+        assert c.future is not None and self.transactional_id is not None
         try:
-            self._producer_id, self._epoch = fut.result()
+            got = c.future.result()
         except Exception:
-            assert self.transactional_id is not None
-            self._producer_id, self._epoch = self.log.coordinator.end_txn(
-                self.transactional_id, pid, epoch, commit)
+            got = None
+        if got is None:
+            got = self.log.coordinator.end_txn(self.transactional_id, c.prep.producer_id,
+                                               c.prep.epoch, commit=True)
+        self._producer_id, self._epoch = got
         self._completing = None
+
+    def _complete(self, c: _Completion) -> tuple[int, int] | None:
+        """The completer thread: write the commit's markers, then CompleteCommit, unless
+        the next transaction's first AddPartitions has claimed that (None)."""
+        coord = self.log.coordinator
+        coord.write_markers(c.prep)
+        with c.lock:
+            if c.claimed:
+                return None
+            c.finishing = True
+        return coord.finish(c.prep)
+
+    def _complete_into_next(self, tps: list[TopicPartition]) -> bool:
+        """Register ``tps`` in the same state-log write that completes the last commit
+        (see Coordinator.complete_into_next), if the completer has not begun writing
+        CompleteCommit itself.  False: settle and add partitions the usual way."""
+        c = self._completing
+        if c is None or c.future is None:
+            return False
+        with c.lock:
+            if c.finishing:
+                return False
+            c.claimed = True
+        try:
+            if c.future.result() is not None:
+                return False
+        except Exception:
+            return False  # the markers failed: _settle writes them again
+        got = self.log.coordinator.complete_into_next(c.prep, tps)
+        if got is None:
+            return False  # someone else completed it: _settle takes what they wrote
+        self._producer_id, self._epoch = got
+        self._completing = None
+        return True
 
     # -- sending ---------------------------------------------------------------------------
 
@@ -938,9 +993,10 @@ class Producer:
             return
         new = [tp for tp in tps if tp not in self._registered]
         if new:
-            self._settle()
-            self.log.coordinator.add_partitions(self.transactional_id, self.producer_id,
-                                                self.epoch, new)
+            if not self._complete_into_next(new):
+                self._settle()
+                self.log.coordinator.add_partitions(self.transactional_id, self.producer_id,
+                                                    self.epoch, new)
             self._registered.update(new)
 
     def _append_now(self, tp: TopicPartition, table: pa.Table) -> int:

@@ -23,7 +23,10 @@ PREPARE_EPOCH_FENCE = "PrepareEpochFence"
 # Kafka's TransactionState.validPreviousStates.
 VALID_PREVIOUS: dict[str, frozenset[str]] = {
     EMPTY: frozenset({EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT}),
-    ONGOING: frozenset({ONGOING, EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT}),
+    # From PrepareCommit too: a commit whose markers are all written completes in the
+    # same state-log write that registers the next transaction's first partitions
+    # (Coordinator.complete_into_next); the record then names the commit in prev_*.
+    ONGOING: frozenset({ONGOING, EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT, PREPARE_COMMIT}),
     PREPARE_COMMIT: frozenset({ONGOING}),
     PREPARE_ABORT: frozenset({ONGOING, PREPARE_EPOCH_FENCE}),
     COMPLETE_COMMIT: frozenset({PREPARE_COMMIT}),
@@ -62,6 +65,9 @@ class TxnRecord:
     prev_epoch: int = -1
     # Why the last transaction was aborted: "client", "timeout" or "fenced".
     abort_reason: str = ""
+    # "commit" when this record completed the previous transaction (prev_*) itself, as it
+    # began the next one (an Ongoing record straight after PrepareCommit).
+    prev_outcome: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
     def transition(self, state: str, **changes: Any) -> TxnRecord:
@@ -103,6 +109,7 @@ class TxnRecord:
                 prev_producer_id=int(d.get("prev_producer_id", -1)),
                 prev_epoch=int(d.get("prev_epoch", -1)),
                 abort_reason=str(d.get("abort_reason", "")),
+                prev_outcome=str(d.get("prev_outcome", "")),
                 extra=dict(d.get("extra") or {}),
             )
         except (KeyError, TypeError, ValueError, OverflowError) as exc:
