@@ -465,34 +465,32 @@ class MarkerGate:
         self.opened.set()
 
 
-class ClaimWatch:
-    """Patches the producer's completion record so a test learns when the next
-    transaction has claimed the CompleteCommit."""
+def queue_behind(p: Producer, monkeypatch: pytest.MonkeyPatch) -> threading.Thread:
+    """flush() ``p`` on another thread; returns once the flush has queued its batches
+    (the thread then waits for the committer)."""
+    queued = threading.Event()
+    real = p._backpressure
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        from txlog import producer as producer_mod
+    def backpressure() -> None:
+        queued.set()
+        real()
 
-        claimed = self.claimed = threading.Event()
-
-        class Watched(producer_mod._Completion):
-            def __setattr__(self, name: str, value: Any) -> None:
-                super().__setattr__(name, value)
-                if name == "claimed" and value:
-                    claimed.set()
-
-        monkeypatch.setattr(producer_mod, "_Completion", Watched)
+    monkeypatch.setattr(p, "_backpressure", backpressure)
+    flusher = threading.Thread(target=p.flush)
+    flusher.start()
+    assert queued.wait(60)
+    return flusher
 
 
 def test_complete_commit_is_written_with_the_next_add_partitions(
         log: txlog.Log, monkeypatch: pytest.MonkeyPatch, gates: list[Any]) -> None:
-    """When the next transaction registers its first partition while the last commit's
-    markers are still being written, CompleteCommit and that AddPartitions are one
-    state-log write: PrepareCommit is followed by an Ongoing record that names the
+    """When the next transaction's first write is queued while the last commit's markers
+    are being written, CompleteCommit and that write's AddPartitions are one state-log
+    write: PrepareCommit is followed by an Ongoing record that names the
     commit; both transactions are visible exactly once, and a retried EndTxn of the
     first gets the second's epoch, not an error."""
     gate = MarkerGate(log, monkeypatch)
     gates.append(gate)
-    watch = ClaimWatch(monkeypatch)
     p = log.producer(transactional_id="fold", linger_ms=60_000)
     p.init_transactions()
     p.begin_transaction()
@@ -503,9 +501,7 @@ def test_complete_commit_is_written_with_the_next_add_partitions(
     pid, epoch = first_txn = (p._producer_id, p._epoch)
     p.begin_transaction()
     p.send("a", b"second", partition=1)
-    flusher = threading.Thread(target=p.flush)
-    flusher.start()
-    assert watch.claimed.wait(60), "the next AddPartitions never claimed CompleteCommit"
+    flusher = queue_behind(p, monkeypatch)
     gate.open()
     flusher.join(60)
     states = [(r.state, r.prev_outcome) for r in gate.writes]
@@ -525,13 +521,12 @@ def test_complete_commit_is_written_with_the_next_add_partitions(
 
 def test_a_commit_rolled_forward_by_another_client_meanwhile(
         log: txlog.Log, monkeypatch: pytest.MonkeyPatch, gates: list[Any]) -> None:
-    """Another client (here ``txlog maintain``'s sweep) completes the commit after the
-    next transaction claimed its CompleteCommit: the combined write loses its race, the
+    """Another client (here ``txlog maintain``'s sweep) completes the commit after its
+    CompleteCommit was left to the next transaction: the combined write loses its race, the
     producer takes the other client's CompleteCommit and registers the usual way, and
     both transactions are visible exactly once."""
     gate = MarkerGate(log, monkeypatch)
     gates.append(gate)
-    watch = ClaimWatch(monkeypatch)
     p = log.producer(transactional_id="race", linger_ms=60_000)
     p.init_transactions()
     p.begin_transaction()
@@ -540,9 +535,7 @@ def test_a_commit_rolled_forward_by_another_client_meanwhile(
     assert gate.entered.wait(60)
     p.begin_transaction()
     p.send("a", b"second", partition=0)
-    flusher = threading.Thread(target=p.flush)
-    flusher.start()
-    assert watch.claimed.wait(60)
+    flusher = queue_behind(p, monkeypatch)
     other = txlog.connect(log.url)
     assert other.coordinator.sweep() == ["race"]  # markers (not held) and CompleteCommit
     gate.open()

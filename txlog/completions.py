@@ -1,16 +1,17 @@
 """Transaction completions in flight in this process.
 
-A committing producer writes markers and CompleteCommit in the background after
-PrepareCommit is durable.  Readers in the same process that meet such a transaction at a
-partition's LSO wait for that work instead of racing it (or, rate-limited, leaving the
-records hidden for a while): a commit is then visible to the next read in the process
-that made it, as before the work moved to the background.
+A committing producer writes markers and CompleteCommit on its committer thread after
+PrepareCommit is durable, while the caller goes on.  Readers in the same process that
+meet such a transaction at a partition's LSO wait for that work instead of racing it (or,
+rate-limited, leaving the records hidden for a while): a commit is then visible to the
+next read in the process that made it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable, Iterator
 from concurrent.futures import Future
 from typing import Any
 
@@ -19,10 +20,15 @@ _in_flight: dict[tuple[str, int, int], Future[Any]] = {}
 _local = threading.local()  # .completing: this thread runs completions (never waits)
 
 
-def run(fn: Callable[..., Any], *args: Any) -> Any:
-    """Run a completion job in the calling (background) thread."""
+@contextlib.contextmanager
+def running() -> Iterator[None]:
+    """Marks the calling thread as writing a completion (it must never wait for one)."""
+    before = getattr(_local, "completing", False)
     _local.completing = True
-    return fn(*args)
+    try:
+        yield
+    finally:
+        _local.completing = before
 
 
 def track(store_url: str, producer_id: int, epoch: int, fut: Future[Any]) -> None:

@@ -23,10 +23,12 @@ a transaction it fails the transaction, as below.
 
 ``commit_transaction()`` returns once PrepareCommit is durable (the outcome is decided
 then: anyone who meets it rolls it forward), as Kafka answers EndTxn before its markers
-are written.  Markers and CompleteCommit are written by a background thread while the
-caller goes on; the next write of a transaction, the next end and ``close()`` wait for
-them, because the next transaction needs the epoch that CompleteCommit hands out.
-``abort_transaction()`` finishes its markers before it returns.
+are written.  The committer thread writes the markers and CompleteCommit while the caller
+goes on; the next write of a transaction, the next end and ``close()`` come after them,
+because the next transaction needs the epoch that CompleteCommit hands out.  When the
+next transaction's first write is already queued by then, CompleteCommit is written
+together with its AddPartitions, in one state-log write.  ``abort_transaction()``
+finishes its markers before it returns.
 
 ``commit_transaction_async()`` does not wait even for PrepareCommit: the transaction's
 last batches and its PrepareCommit are written by a committer thread while the caller
@@ -127,18 +129,15 @@ class _PendingBatch:
 
 
 class _Completion:
-    """A decided commit whose markers and CompleteCommit the completer thread writes.
-    The next transaction's first AddPartitions may claim the CompleteCommit while the
-    markers are being written, and write both in one record."""
+    """A decided commit whose markers and CompleteCommit are still to be written."""
 
-    __slots__ = ("claimed", "finishing", "future", "lock", "prep")
+    __slots__ = ("markers", "prep")
 
     def __init__(self, prep: TxnRecord) -> None:
         self.prep = prep
-        self.lock = threading.Lock()
-        self.claimed = False  # the next AddPartitions writes CompleteCommit with it
-        self.finishing = False  # the completer writes CompleteCommit itself
-        self.future: Future[tuple[int, int] | None] | None = None
+        # Resolves once the markers are written (or failed to be: _settle retries them);
+        # readers of this process wait for it (txlog.completions).
+        self.markers: Future[None] = Future()
 
 
 class _Upload:
@@ -258,7 +257,6 @@ class Producer:
         # The last transaction end whose markers and Complete* are still being written:
         # (its producer id, epoch, commit?, the future of the next (id, epoch)).
         self._completing: _Completion | None = None
-        self._completer: ThreadPoolExecutor | None = None
         self._writer: ThreadPoolExecutor | None = None
         # Pipelined commits (commit_transaction_async): the committer thread runs queued
         # steps in order; _pipeline is the last one queued, _last_commit the last commit.
@@ -403,8 +401,12 @@ class Producer:
         # The commit is queued behind the transaction's writes, as a pipelined one is:
         # its last batches then upload while the earlier ones are still being appended,
         # and PrepareCommit follows the last entry on the committer thread at once.
-        self._queue_commit()
-        self._await_pipeline()  # raises a failure, leaving the state it calls for
+        decided = self._queue_commit()
+        wait([decided])
+        exc = decided.exception()
+        if exc is not None:
+            self._await_pipeline()  # raises it, leaving the state it calls for
+            raise exc  # (if another thread took it from the pipeline first)
 
     def commit_transaction_async(self) -> Future[None]:
         """Commit without waiting: the transaction's last batches and its PrepareCommit are
@@ -435,7 +437,8 @@ class Producer:
         return fut
 
     def _queue_commit(self) -> Future[None]:
-        """Queue the open transaction's last batches and its commit on the committer."""
+        """Queue the open transaction's last batches and its commit on the committer;
+        returns the future of the decision."""
         self._reap_pipeline()
         self._check_can_end()
         with self._lock:
@@ -445,11 +448,12 @@ class Producer:
         # Queue first: this transaction's objects upload while the last commit is still
         # being decided (the committer runs the steps in order, so only the uploads,
         # which need no epoch, overlap).
-        fut: Future[None] = self._queue(self._commit_queued, batches)
-        self._last_commit = fut
+        decided: Future[None] = Future()
+        self._queue(self._commit_queued, batches, decided)
+        self._last_commit = decided
         with self._qlock:  # the next transaction's batches never join this one's
             self._tails.clear()
-        return fut
+        return decided
 
     def _check_can_end(self) -> None:
         if self.state == State.ABORTABLE_ERROR:
@@ -492,8 +496,8 @@ class Producer:
         self.state = State.READY
 
     def _decide(self, commit: bool) -> None:
-        """Write Prepare* (an abort also its markers and Complete*; a commit hands them to
-        the completer thread)."""
+        """Write Prepare* (an abort also its markers and Complete*; a commit's are left
+        to _complete_decided)."""
         assert self.transactional_id is not None
         t0 = time.perf_counter()
         coord = self.log.coordinator
@@ -506,12 +510,9 @@ class Producer:
             # failed transaction is left to settle.
             self.producer_id, self.epoch = coord.complete(step)
         else:
-            if self._completer is None:
-                self._completer = ThreadPoolExecutor(
-                    1, thread_name_prefix=f"txlog-complete-{self.transactional_id}")
             c = _Completion(step)
-            c.future = self._completer.submit(completions.run, self._complete, c)
-            completions.track(self.log.store.identity, step.producer_id, step.epoch, c.future)
+            completions.track(self.log.store.identity, step.producer_id, step.epoch,
+                              c.markers)
             self._completing = c
         record_end_txn(self.log, commit, (time.perf_counter() - t0) * 1000)
 
@@ -530,9 +531,12 @@ class Producer:
     def _in_committer(self) -> bool:
         return threading.get_ident() == self._committer_ident
 
-    def _queue(self, fn: Any, batches: list[tuple[TopicPartition, _PendingBatch]]) -> Any:
-        """Run ``fn(batches, uploaded)`` on the committer thread after everything queued
-        before; the batches' objects are written meanwhile."""
+    def _queue(self, fn: Any, batches: list[tuple[TopicPartition, _PendingBatch]],
+               decided: Future[None] | None = None) -> Any:
+        """Run ``fn(batches, uploaded)`` (a commit: ``fn(batches, uploaded, decided)``) on
+        the committer thread after everything queued before; the batches' objects are
+        written meanwhile.  ``decided`` gets the step's failure if it fails or is
+        skipped."""
         if self._committer is None:
             self._committer = ThreadPoolExecutor(1, thread_name_prefix=(
                 f"txlog-commit-{self.transactional_id}" if self.transactional_id is not None
@@ -552,7 +556,7 @@ class Producer:
             with self._qlock:  # callers on several threads: one order of steps, _pipeline
                 self._step_ids += 1
                 fut = self._committer.submit(self._run_queued, fn, batches, step,
-                                             uploaded, self._step_ids)
+                                             uploaded, self._step_ids, decided)
                 for tp, b in batches:  # a later partial batch may join these
                     self._tails[tp] = (step, b)
                 self._pipeline = fut
@@ -568,7 +572,8 @@ class Producer:
         return fut
 
     def _run_queued(self, fn: Any, batches: list[tuple[TopicPartition, _PendingBatch]],
-                    upload: _Upload, uploaded: Uploaded | None, step: int) -> Any:
+                    upload: _Upload, uploaded: Uploaded | None, step: int,
+                    decided: Future[None] | None) -> Any:
         self._committer_ident = threading.get_ident()
         try:
             if self._pipeline_error is not None or step <= self._skip_through:
@@ -580,6 +585,8 @@ class Producer:
                     f"not written: an earlier queued write failed "
                     f"({self._pipeline_error or self._skip_cause})")
                 self._fail_batches([b for _, b in batches], exc)
+                if decided is not None:
+                    decided.set_exception(exc)
                 if uploaded is not None:
                     wait([uploaded])
                     if uploaded.exception() is None:
@@ -587,8 +594,12 @@ class Producer:
                                            [w.key for w in uploaded.result()])
                 raise exc
             try:
+                if decided is not None:
+                    return fn(batches, uploaded, decided)
                 return fn(batches, uploaded)
             except BaseException as exc:
+                if decided is not None and not decided.done():
+                    decided.set_exception(exc)
                 with self._qlock:
                     if self.transactional_id is not None:
                         self._pipeline_error = exc
@@ -606,11 +617,41 @@ class Producer:
                 self._queued_steps -= 1
 
     def _commit_queued(self, batches: list[tuple[TopicPartition, _PendingBatch]],
-                       uploaded: Uploaded | None) -> None:
+                       uploaded: Uploaded | None, decided: Future[None]) -> None:
         self._write_batches(batches, uploaded)
         self._decide(commit=True)
         self._registered.clear()
         self._seq.clear()
+        decided.set_result(None)  # the caller goes on; the markers follow here
+        self._complete_decided()
+
+    def _complete_decided(self) -> None:
+        """On the committer thread, right after a commit's decision: write its markers,
+        then CompleteCommit, unless more steps are queued behind: then the next
+        transaction's first AddPartitions writes CompleteCommit with it (one state-log
+        write; see Coordinator.complete_into_next).  Failures are left to _settle, which
+        writes whatever is missing (the commit is decided either way)."""
+        c = self._completing
+        if c is None:
+            return
+        coord = self.log.coordinator
+        try:
+            with completions.running():
+                coord.write_markers(c.prep)
+        except Exception as exc:
+            c.markers.set_exception(exc)
+            _log.debug("markers of a decided commit not written yet: %s", exc)
+            return
+        c.markers.set_result(None)
+        with self._qlock:
+            if self._queued_steps > 1:  # this step counts itself
+                return
+        try:
+            self._producer_id, self._epoch = coord.finish(c.prep)
+        except Exception as exc:
+            _log.debug("CompleteCommit not written yet: %s", exc)
+            return
+        self._completing = None
 
     def _await_pipeline(self, *, quiet: bool = False) -> None:
         """Wait for the steps queued so far (the committer is then idle, unless another
@@ -638,52 +679,26 @@ class Producer:
             raise exc
 
     def _settle(self) -> None:
-        """Wait for the last transaction's markers and Complete*, and take the (id, epoch)
-        they hand out.  If the background attempt failed (a store error), or left
-        Complete* to a next transaction that did not write it, finish it here: the
-        outcome was decided, so this only retries writing it down."""
+        """Finish the last commit's markers and Complete* where _complete_decided left
+        them (a store error, or Complete* left to a next transaction that did not write
+        it), and take the (id, epoch) for the next transaction.  The outcome was decided,
+        so this only retries writing it down."""
         self._await_pipeline()
         c = self._completing
         if c is None:
             return
-        assert c.future is not None and self.transactional_id is not None
-        try:
-            got = c.future.result()
-        except Exception:
-            got = None
-        if got is None:
-            got = self.log.coordinator.end_txn(self.transactional_id, c.prep.producer_id,
-                                               c.prep.epoch, commit=True)
-        self._producer_id, self._epoch = got
+        assert self.transactional_id is not None
+        self._producer_id, self._epoch = self.log.coordinator.end_txn(
+            self.transactional_id, c.prep.producer_id, c.prep.epoch, commit=True)
         self._completing = None
 
-    def _complete(self, c: _Completion) -> tuple[int, int] | None:
-        """The completer thread: write the commit's markers, then CompleteCommit, unless
-        the next transaction's first AddPartitions has claimed that (None)."""
-        coord = self.log.coordinator
-        coord.write_markers(c.prep)
-        with c.lock:
-            if c.claimed:
-                return None
-            c.finishing = True
-        return coord.finish(c.prep)
-
     def _complete_into_next(self, tps: list[TopicPartition]) -> bool:
-        """Register ``tps`` in the same state-log write that completes the last commit
-        (see Coordinator.complete_into_next), if the completer has not begun writing
-        CompleteCommit itself.  False: settle and add partitions the usual way."""
+        """Register ``tps`` in the state-log write that completes the last commit, whose
+        markers are written (see Coordinator.complete_into_next).  False: settle and add
+        partitions the usual way."""
         c = self._completing
-        if c is None or c.future is None:
+        if c is None or not c.markers.done() or c.markers.exception() is not None:
             return False
-        with c.lock:
-            if c.finishing:
-                return False
-            c.claimed = True
-        try:
-            if c.future.result() is not None:
-                return False
-        except Exception:
-            return False  # the markers failed: _settle writes them again
         got = self.log.coordinator.complete_into_next(c.prep, tps)
         if got is None:
             return False  # someone else completed it: _settle takes what they wrote
@@ -1139,7 +1154,7 @@ class Producer:
                     self._wake.notify_all()  # the linger thread ends
             if self._lingerer is not None:
                 self._lingerer.join()
-            for ex in (self._committer, self._completer, self._writer):
+            for ex in (self._committer, self._writer):
                 if ex is not None:
                     ex.shutdown(wait=True)
 
