@@ -285,3 +285,36 @@ def test_a_batch_never_joins_one_of_the_previous_transaction(
     p.abort_transaction()
     assert read_all(log, "a") == [f"kept{i}".encode() * 80 for i in range(3)]
     p.close()
+
+
+def test_a_joined_plain_batch_wakes_get_waiting_on_its_own_event(
+        log: txlog.Log, monkeypatch: pytest.MonkeyPatch, gates: list[UploadGate]) -> None:
+    """A plain producer's batch has its own ``written`` event from its first record, and a
+    get() may already wait on it when the batch joins a queued one: that event is set
+    too once the records are written."""
+    gate = UploadGate(monkeypatch)
+    gates.append(gate)
+    p = log.producer(batch_size=300, linger_ms=60_000)
+    for i in range(3):
+        p.send("a", f"full{i}".encode() * 80, partition=0)
+    assert gate.entered.wait(60)
+    small = p.send("a", b"small", partition=0)
+    own_event = small._written  # what a get() called now waits on
+    assert own_event is not None
+    queued = threading.Event()
+    real = p._backpressure
+
+    def backpressure() -> None:
+        queued.set()  # flush() has let the small batch join (nothing new is queued)
+        real()
+
+    monkeypatch.setattr(p, "_backpressure", backpressure)
+    flusher = threading.Thread(target=p.flush)
+    flusher.start()
+    assert queued.wait(60)
+    gate.open()
+    flusher.join(60)
+    assert gate.calls == 3
+    assert own_event.is_set()
+    assert small.get(0).offset == 3
+    p.close()

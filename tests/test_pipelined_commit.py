@@ -429,7 +429,7 @@ def test_next_commit_after_a_fenced_one_leaves_the_producer_fenced(
 
 
 class MarkerGate:
-    """Holds the first ``Coordinator.write_markers`` call (the completer's) until opened,
+    """Holds the first ``Coordinator.write_markers`` call (the committer's) until opened,
     and records every state-log write that lands."""
 
     def __init__(self, log: txlog.Log, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -559,3 +559,110 @@ def test_only_a_commit_completes_into_the_next_transaction() -> None:
     assert TxnRecord.from_json(nxt.to_json(), "test") == nxt
     with pytest.raises(InvalidTxnStateError):
         ongoing.transition("PrepareAbort").transition("Ongoing")
+
+
+def test_a_decided_callback_may_read_without_deadlock(
+        log: txlog.Log, monkeypatch: pytest.MonkeyPatch, gates: list[Any]) -> None:
+    """Callbacks of the future from commit_transaction_async() run on the committer
+    thread right after the decision, before it writes the markers: a read there must not
+    wait for those markers (it would wait for its own thread)."""
+    from test_background_writes import UploadGate
+
+    gate = UploadGate(monkeypatch)
+    gates.append(gate)
+    p = log.producer(transactional_id="cb", linger_ms=60_000)
+    p.init_transactions()
+    p.begin_transaction()
+    p.send("a", b"v", partition=0)
+    decided = p.commit_transaction_async()  # held: its upload waits for the gate
+    seen: list[list[bytes]] = []
+    decided.add_done_callback(lambda f: seen.append(read_all(log, "a")))
+    gate.open()
+    flusher = threading.Thread(target=p.flush, daemon=True)
+    flusher.start()
+    flusher.join(60)
+    assert not flusher.is_alive(), "the committer is stuck in the callback's read"
+    assert len(seen) == 1 and seen[0] in ([], [b"v"])
+    assert read_all(log, "a") == [b"v"]
+    p.close()
+
+
+def test_a_queued_commit_cannot_be_cancelled(
+        log: txlog.Log, monkeypatch: pytest.MonkeyPatch, gates: list[Any]) -> None:
+    """The future of a queued commit refuses cancel(): the commit goes on, and it is
+    visible once decided."""
+    from test_background_writes import UploadGate
+
+    gate = UploadGate(monkeypatch)
+    gates.append(gate)
+    p = log.producer(transactional_id="cancel", linger_ms=60_000)
+    p.init_transactions()
+    p.begin_transaction()
+    p.send("a", b"v", partition=0)
+    decided = p.commit_transaction_async()
+    assert not decided.cancel()
+    gate.open()
+    decided.result(60)
+    p.flush()
+    assert read_all(log, "a") == [b"v"]
+    p.close()
+
+
+def test_close_completes_a_commit_whose_combined_write_failed(
+        log: txlog.Log, monkeypatch: pytest.MonkeyPatch, gates: list[Any]) -> None:
+    """CompleteCommit was left to the next transaction's first write, and that combined
+    write failed: close() still writes CompleteCommit (the store works again), so no
+    PrepareCommit is left behind."""
+    from txlog.coordinator import Coordinator
+
+    gate = MarkerGate(log, monkeypatch)
+    gates.append(gate)
+    real = Coordinator.complete_into_next
+    fails = [StorageError("injected: combined write failed")]
+
+    def complete_into_next(coord: Coordinator, prep: Any, tps: Any) -> Any:
+        if fails:
+            raise fails.pop()
+        return real(coord, prep, tps)
+
+    monkeypatch.setattr(Coordinator, "complete_into_next", complete_into_next)
+    p = log.producer(transactional_id="fc", batch_size=300, linger_ms=60_000)
+    p.init_transactions()
+    p.begin_transaction()
+    p.send("a", b"first", partition=0)
+    p.commit_transaction_async().result(60)
+    assert gate.entered.wait(60)
+    p.begin_transaction()
+    p.send("a", b"x" * 400, partition=1)  # full: queued behind the held markers
+    gate.open()
+    p.close()
+    rec = txlog.connect(log.url).coordinator.record("fc")
+    assert rec is not None and rec.state == "CompleteCommit"
+    assert read_all(log, "a") == [b"first"]
+
+
+def test_a_retried_end_is_answered_by_the_record_that_ended_it(log: txlog.Log) -> None:
+    """Coordinator: EndTxn of a transaction that already ended is answered from the next
+    transaction's Ongoing record too, with the outcome it ended with: after a plain
+    CompleteCommit + AddPartitions, and after a combined write followed by an abort."""
+    c = log.coordinator
+    pid, e0 = c.init_producer_id("t", 60_000)
+    c.add_partitions("t", pid, e0, [TopicPartition("a", 0)])
+    nxt = c.complete(c.prepare_end("t", pid, e0, True))
+    c.add_partitions("t", *nxt, [TopicPartition("a", 1)])
+    assert c.end_txn("t", pid, e0, True) == nxt  # not "fenced"
+    # A combined write, then that transaction aborts: the record must say "abort".
+    pid, e1 = nxt
+    prep = c.prepare_end("t", pid, e1, True)
+    assert not isinstance(prep, tuple)
+    c.write_markers(prep)
+    got = c.complete_into_next(prep, [TopicPartition("a", 0)])
+    assert got is not None
+    pid, e2 = got
+    pid, e3 = c.end_txn("t", pid, e2, False)
+    c.add_partitions("t", pid, e3, [TopicPartition("a", 1)])
+    rec = c.record("t")
+    assert rec is not None and (rec.prev_epoch, rec.prev_outcome) == (e2, "abort")
+    with pytest.raises(ProducerFencedError):
+        c.end_txn("t", pid, e2, True)  # it aborted: a commit retry is refused
+    assert c.end_txn("t", pid, e2, False) == (pid, e3)

@@ -147,7 +147,8 @@ def find_hanging(txlog: Log, *, topics: Iterable[str] | None = None,
       transactional.id moved on to another epoch, or never registered the partition), so
       no marker will ever come from its producer;
     * ``stuck-prepare``: a state-log entry in PrepareCommit/PrepareAbort for longer than
-      ``prepare_grace_ms`` (its coordinator died between the decision and the markers).
+      ``prepare_grace_ms`` (its coordinator died between the decision and the markers,
+      or before CompleteCommit).
 
     Read-only: it writes nothing.  ``txlog transactions abort`` ends what it finds.
     """
@@ -217,8 +218,8 @@ def find_hanging(txlog: Log, *, topics: Iterable[str] | None = None,
         kind, reason = None, ""
         if rec.state in PREPARING and now - rec.last_update_ms > prepare_grace_ms:
             kind, reason = "stuck-prepare", (
-                f"{rec.state} for {_fmt_ms(now - rec.last_update_ms)}; markers were never "
-                "finished")
+                f"{rec.state} for {_fmt_ms(now - rec.last_update_ms)}; its markers or "
+                "Complete* were never finished")
         elif rec.state in (ONGOING, PREPARE_EPOCH_FENCE) and (
                 rec.expired(now) or now - rec.txn_start_ms > max_transaction_timeout_ms):
             kind, reason = "hanging", (

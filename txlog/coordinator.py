@@ -3,8 +3,10 @@
 Each operation reads the transactional.id's record from the state log, decides the next
 record with the pure state machine (:mod:`txlog.txn_state`), and persists it with a
 compare-and-set on the state log before acting on it.  EndTxn is Prepare*, then markers
-to every registered partition, then Complete* with the epoch bumped.  Anyone who meets a
-transaction in Prepare* rolls it forward; one past its timeout is fenced and aborted.
+to every registered partition, then Complete* with the epoch bumped; a commit's Complete*
+may instead be the next transaction's first Ongoing record (:meth:`complete_into_next`).
+Anyone who meets a transaction in Prepare* rolls it forward; one past its timeout is
+fenced and aborted.
 """
 
 from __future__ import annotations
@@ -165,11 +167,10 @@ class Coordinator:
         while True:
             cur, fresh = self._current(part, txn_id, producer_id, epoch, fresh)
             now = now_ms()
-            if cur is not None and (cur.prev_producer_id, cur.prev_epoch) == (producer_id, epoch) \
-                    and (cur.state in (COMPLETE_COMMIT, COMPLETE_ABORT)
-                         or (cur.state == ONGOING and cur.prev_outcome == "commit")):
+            ended = _ended_as(cur, producer_id, epoch)
+            if cur is not None and ended is not None:
                 # The transaction already ended: our own retry, or a timeout abort.
-                if (cur.state != COMPLETE_ABORT) == commit:
+                if (ended == "commit") == commit:
                     return cur.producer_id, cur.epoch
                 if cur.abort_reason == "timeout":
                     raise self._timeout_error(txn_id)
@@ -243,13 +244,12 @@ class Coordinator:
         done = prep.transition(COMPLETE_COMMIT if commit else COMPLETE_ABORT,
                                producer_id=pid, epoch=epoch, partitions=(),
                                prev_producer_id=prep.producer_id, prev_epoch=prep.epoch,
+                               prev_outcome="commit" if commit else "abort",
                                last_update_ms=now_ms())
         if part.compare_and_set(prep.txn_id, prep, done):
             return pid, epoch
         cur = part.get(prep.txn_id)
-        if cur is not None and (cur.state in (COMPLETE_COMMIT, COMPLETE_ABORT) or (
-                cur.state == ONGOING and cur.prev_outcome == "commit")) and \
-                (cur.prev_producer_id, cur.prev_epoch) == (prep.producer_id, prep.epoch):
+        if cur is not None and _ended_as(cur, prep.producer_id, prep.epoch) is not None:
             return cur.producer_id, cur.epoch  # someone else completed it (same decision)
         # A newer instance took over since (its init_producer_id rolled this transaction
         # forward): never hand out its epoch, or two live instances would share it.  The
@@ -370,3 +370,18 @@ class Coordinator:
         return TransactionTimeoutError(
             f"the transaction of {txn_id!r} ran past transaction.timeout.ms and was aborted; "
             "call abort_transaction() and start again")
+
+
+def _ended_as(cur: TxnRecord | None, producer_id: int, epoch: int) -> str | None:
+    """How the transaction (producer_id, epoch) ended, if ``cur`` is the record that ended
+    it: a Complete* record, or the next transaction's Ongoing record, which carries the
+    outcome in prev_outcome (a fold writes it; an Ongoing after Complete* keeps it)."""
+    if cur is None or (cur.prev_producer_id, cur.prev_epoch) != (producer_id, epoch):
+        return None
+    if cur.state == COMPLETE_COMMIT:
+        return "commit"
+    if cur.state == COMPLETE_ABORT:
+        return "abort"
+    if cur.state == ONGOING and cur.prev_outcome in ("commit", "abort"):
+        return cur.prev_outcome
+    return None

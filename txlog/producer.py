@@ -44,12 +44,13 @@ producer closed.
 from __future__ import annotations
 
 import collections
+import contextlib
 import enum
 import logging
 import threading
 import time
 from collections.abc import Mapping
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -84,7 +85,6 @@ class State(enum.Enum):
     UNINITIALIZED = "UNINITIALIZED"
     READY = "READY"
     IN_TRANSACTION = "IN_TRANSACTION"
-    COMMITTING = "COMMITTING_TRANSACTION"
     ABORTING = "ABORTING_TRANSACTION"
     ABORTABLE_ERROR = "ABORTABLE_ERROR"
     FATAL_ERROR = "FATAL_ERROR"
@@ -115,6 +115,13 @@ class _PendingBatch:
     def count(self) -> int:
         return len(self.rows) + sum(t.num_rows for t in self.tables) + \
             sum(j.count() for j in self.joined)
+
+    def set_written(self) -> None:
+        """Wake every get() waiting on this batch, also on a joined batch's own event (a
+        plain producer's batch has one from the start, and a get() may wait on it)."""
+        for b in (self, *self.joined):
+            if b.written is not None:
+                b.written.set()
 
     def join(self, later: _PendingBatch) -> None:
         """Take ``later``'s records after this batch's (the caller holds the lock that
@@ -256,7 +263,10 @@ class Producer:
         self._rr = RoundRobin()
         # The last transaction end whose markers and Complete* are still being written:
         # (its producer id, epoch, commit?, the future of the next (id, epoch)).
+        # The last commit, decided, while its markers and CompleteCommit are not all
+        # written (see _complete_decided, _complete_into_next and _settle).
         self._completing: _Completion | None = None
+        self._settle_lock = threading.Lock()
         self._writer: ThreadPoolExecutor | None = None
         # Pipelined commits (commit_transaction_async): the committer thread runs queued
         # steps in order; _pipeline is the last one queued, _last_commit the last commit.
@@ -444,15 +454,14 @@ class Producer:
         with self._lock:
             batches = self._join_queued(list(self._pending.items()))
             self._pending.clear()
-        self.state = State.READY
         # Queue first: this transaction's objects upload while the last commit is still
         # being decided (the committer runs the steps in order, so only the uploads,
         # which need no epoch, overlap).
         decided: Future[None] = Future()
+        decided.set_running_or_notify_cancel()  # a commit cannot be called off once queued
         self._queue(self._commit_queued, batches, decided)
         self._last_commit = decided
-        with self._qlock:  # the next transaction's batches never join this one's
-            self._tails.clear()
+        self.state = State.READY
         return decided
 
     def _check_can_end(self) -> None:
@@ -474,13 +483,14 @@ class Producer:
             self._pending.clear()
         with self._qlock:
             self._tails.clear()
-        self._end(commit=False)
+        self._abort_now()
 
-    def _end(self, commit: bool) -> None:
+    def _abort_now(self) -> None:
+        """EndTxn(abort) on the caller's thread (a commit is a step of the committer)."""
         assert self.transactional_id is not None
-        self.state = State.COMMITTING if commit else State.ABORTING
+        self.state = State.ABORTING
         try:
-            self._decide(commit)
+            self._decide(commit=False)
         except ProducerFencedError as exc:
             self._fatal(exc)
             raise
@@ -557,8 +567,11 @@ class Producer:
                 self._step_ids += 1
                 fut = self._committer.submit(self._run_queued, fn, batches, step,
                                              uploaded, self._step_ids, decided)
-                for tp, b in batches:  # a later partial batch may join these
-                    self._tails[tp] = (step, b)
+                if decided is not None:  # a commit: later batches never join this
+                    self._tails.clear()  # transaction's (cleared with the step queued)
+                else:
+                    for tp, b in batches:  # a later partial batch may join these
+                        self._tails[tp] = (step, b)
                 self._pipeline = fut
                 while self._steps and self._steps[0].done():  # steps end in order
                     self._steps.popleft()
@@ -584,6 +597,8 @@ class Producer:
                 exc = InvalidTxnStateError(
                     f"not written: an earlier queued write failed "
                     f"({self._pipeline_error or self._skip_cause})")
+                with self._qlock:
+                    upload.started = True  # nothing joins a failed step from here on
                 self._fail_batches([b for _, b in batches], exc)
                 if decided is not None:
                     decided.set_exception(exc)
@@ -622,8 +637,14 @@ class Producer:
         self._decide(commit=True)
         self._registered.clear()
         self._seq.clear()
-        decided.set_result(None)  # the caller goes on; the markers follow here
-        self._complete_decided()
+        try:
+            # The caller goes on; the markers follow here.  Callbacks run now, on this
+            # thread: a read in one must not wait for the markers this thread is about
+            # to write (it may not see the commit yet).
+            with completions.running():
+                decided.set_result(None)
+        finally:
+            self._complete_decided()
 
     def _complete_decided(self) -> None:
         """On the committer thread, right after a commit's decision: write its markers,
@@ -638,20 +659,25 @@ class Producer:
         try:
             with completions.running():
                 coord.write_markers(c.prep)
-        except Exception as exc:
-            c.markers.set_exception(exc)
+        except BaseException as exc:
+            c.markers.set_exception(exc)  # readers waiting for them go on
+            if not isinstance(exc, Exception):
+                raise
             _log.debug("markers of a decided commit not written yet: %s", exc)
             return
         c.markers.set_result(None)
         with self._qlock:
             if self._queued_steps > 1:  # this step counts itself
                 return
-        try:
-            self._producer_id, self._epoch = coord.finish(c.prep)
-        except Exception as exc:
-            _log.debug("CompleteCommit not written yet: %s", exc)
-            return
-        self._completing = None
+        with self._settle_lock:
+            if self._completing is not c:
+                return  # another thread's _settle finished it
+            try:
+                self._producer_id, self._epoch = coord.finish(c.prep)
+            except Exception as exc:
+                _log.debug("CompleteCommit not written yet: %s", exc)
+                return
+            self._completing = None
 
     def _await_pipeline(self, *, quiet: bool = False) -> None:
         """Wait for the steps queued so far (the committer is then idle, unless another
@@ -684,27 +710,37 @@ class Producer:
         it), and take the (id, epoch) for the next transaction.  The outcome was decided,
         so this only retries writing it down."""
         self._await_pipeline()
-        c = self._completing
-        if c is None:
+        if self._completing is None:
             return
         assert self.transactional_id is not None
-        self._producer_id, self._epoch = self.log.coordinator.end_txn(
-            self.transactional_id, c.prep.producer_id, c.prep.epoch, commit=True)
-        self._completing = None
+        # One thread at a time: the committer may be folding or finishing the same
+        # completion (after another thread queued more), and only one may hand out the
+        # next epoch.
+        with self._settle_lock:
+            c = self._completing
+            if c is None:
+                return
+            self._producer_id, self._epoch = self.log.coordinator.end_txn(
+                self.transactional_id, c.prep.producer_id, c.prep.epoch, commit=True)
+            self._completing = None
+        if not c.markers.done():  # (resolved by the committer in every path: defensive)
+            with contextlib.suppress(InvalidStateError):
+                c.markers.set_result(None)  # end_txn wrote them
 
     def _complete_into_next(self, tps: list[TopicPartition]) -> bool:
         """Register ``tps`` in the state-log write that completes the last commit, whose
         markers are written (see Coordinator.complete_into_next).  False: settle and add
         partitions the usual way."""
-        c = self._completing
-        if c is None or not c.markers.done() or c.markers.exception() is not None:
-            return False
-        got = self.log.coordinator.complete_into_next(c.prep, tps)
-        if got is None:
-            return False  # someone else completed it: _settle takes what they wrote
-        self._producer_id, self._epoch = got
-        self._completing = None
-        return True
+        with self._settle_lock:
+            c = self._completing
+            if c is None or not c.markers.done() or c.markers.exception() is not None:
+                return False
+            got = self.log.coordinator.complete_into_next(c.prep, tps)
+            if got is None:
+                return False  # someone else completed it: _settle takes what they wrote
+            self._producer_id, self._epoch = got
+            self._completing = None
+            return True
 
     # -- sending ---------------------------------------------------------------------------
 
@@ -916,6 +952,9 @@ class Producer:
     def _conform_and_write(self, step: _Upload) -> list[_Written]:
         with self._qlock:  # no batch joins from here on
             step.started = True
+            for tp, _ in step.batches:
+                if (tail := self._tails.get(tp)) is not None and tail[0] is step:
+                    del self._tails[tp]
         batches = step.batches
         tables = [self._conformed(tp, b) for tp, b in batches]
         items = [(tp, t) for (tp, _), t in zip(batches, tables, strict=True)]
@@ -958,8 +997,7 @@ class Producer:
                 raise
             for f in batch.futures:
                 f._done(base)
-            if batch.written is not None:
-                batch.written.set()
+            batch.set_written()
 
     def _conformed(self, tp: TopicPartition, batch: _PendingBatch) -> pa.Table:
         """A pending batch as one table of the topic's schema."""
@@ -994,8 +1032,7 @@ class Producer:
         for b in batches:
             for f in b.futures:
                 f._fail(exc)
-            if b.written is not None:
-                b.written.set()
+            b.set_written()
 
     def _rows_table(self, tp: TopicPartition, rows: list[Any]) -> pa.Table:
         return kafka_table(rows)
@@ -1161,11 +1198,12 @@ class Producer:
     def _close_settle(self) -> None:
         """Leave no commit in PrepareCommit behind, if the store lets us; if not, any
         reader or ``txlog maintain`` rolls it forward (the commit already holds)."""
+        self._await_pipeline(quiet=True)  # a failed later step must not stop this
         try:
             self._settle()
         except Exception as exc:
-            _log.warning("close(): the last commit's markers could not be written (%s); "
-                         "readers and `txlog maintain` will finish them", exc)
+            _log.warning("close(): the last commit's markers or CompleteCommit could not be "
+                         "written (%s); readers and `txlog maintain` will finish them", exc)
 
     def __enter__(self) -> Producer:
         return self

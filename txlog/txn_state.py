@@ -20,7 +20,7 @@ COMPLETE_ABORT = "CompleteAbort"
 DEAD = "Dead"
 PREPARE_EPOCH_FENCE = "PrepareEpochFence"
 
-# Kafka's TransactionState.validPreviousStates.
+# Kafka's TransactionState.validPreviousStates, and Ongoing after PrepareCommit.
 VALID_PREVIOUS: dict[str, frozenset[str]] = {
     EMPTY: frozenset({EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT}),
     # From PrepareCommit too: a commit whose markers are all written completes in the
@@ -48,8 +48,9 @@ class TxnRecord:
 
     ``epoch`` is the producer's current epoch.  In Ongoing and Prepare* states it names the
     open transaction, whose markers carry (producer_id, epoch).  Every transaction end
-    persists Complete* with the epoch bumped, so late writes of the ended transaction can
-    never join the next one (KIP-890).
+    persists Complete* with the epoch bumped (or, for a commit, the next transaction's
+    Ongoing record does, naming the commit in prev_*), so late writes of the ended
+    transaction can never join the next one (KIP-890).
     """
 
     txn_id: str
@@ -65,8 +66,9 @@ class TxnRecord:
     prev_epoch: int = -1
     # Why the last transaction was aborted: "client", "timeout" or "fenced".
     abort_reason: str = ""
-    # "commit" when this record completed the previous transaction (prev_*) itself, as it
-    # began the next one (an Ongoing record straight after PrepareCommit).
+    # How the transaction named by prev_* ended ("commit" or "abort"; "" in records
+    # written before txlog kept it).  An Ongoing record straight after PrepareCommit
+    # completed that commit itself.
     prev_outcome: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
