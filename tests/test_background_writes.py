@@ -267,17 +267,9 @@ def test_a_batch_never_joins_one_of_the_previous_transaction(
     decided = p.commit_transaction_async()
     p.begin_transaction()
     p.send("a", b"aborted", partition=0)
-    queued = threading.Event()
-    real = p._backpressure
+    from test_pipelined_commit import queue_behind
 
-    def backpressure() -> None:
-        queued.set()  # flush() queued the batch; it now waits for the writes
-        real()
-
-    monkeypatch.setattr(p, "_backpressure", backpressure)
-    flusher = threading.Thread(target=p.flush)
-    flusher.start()
-    assert queued.wait(60)
+    flusher = queue_behind(p, monkeypatch)
     gate.open()
     flusher.join(60)
     decided.result(60)
@@ -301,17 +293,9 @@ def test_a_joined_plain_batch_wakes_get_waiting_on_its_own_event(
     small = p.send("a", b"small", partition=0)
     own_event = small._written  # what a get() called now waits on
     assert own_event is not None
-    queued = threading.Event()
-    real = p._backpressure
+    from test_pipelined_commit import queue_behind
 
-    def backpressure() -> None:
-        queued.set()  # flush() has let the small batch join (nothing new is queued)
-        real()
-
-    monkeypatch.setattr(p, "_backpressure", backpressure)
-    flusher = threading.Thread(target=p.flush)
-    flusher.start()
-    assert queued.wait(60)
+    flusher = queue_behind(p, monkeypatch)  # the small batch joins (nothing is queued)
     gate.open()
     flusher.join(60)
     assert gate.calls == 3

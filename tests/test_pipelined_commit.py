@@ -482,6 +482,22 @@ def queue_behind(p: Producer, monkeypatch: pytest.MonkeyPatch) -> threading.Thre
     return flusher
 
 
+def commit_with_markers_held(log: txlog.Log, monkeypatch: pytest.MonkeyPatch,
+                             gates: list[Any], txn_id: str, **config: Any,
+                             ) -> tuple[Producer, MarkerGate]:
+    """A producer whose first transaction (b"first" to partition 0) is decided, with
+    its markers held by a MarkerGate."""
+    gate = MarkerGate(log, monkeypatch)
+    gates.append(gate)
+    p = log.producer(transactional_id=txn_id, linger_ms=60_000, **config)
+    p.init_transactions()
+    p.begin_transaction()
+    p.send("a", b"first", partition=0)
+    p.commit_transaction_async().result(60)  # decided; its markers are held
+    assert gate.entered.wait(60)
+    return p, gate
+
+
 def test_complete_commit_is_written_with_the_next_add_partitions(
         log: txlog.Log, monkeypatch: pytest.MonkeyPatch, gates: list[Any]) -> None:
     """When the next transaction's first write is queued while the last commit's markers
@@ -489,15 +505,7 @@ def test_complete_commit_is_written_with_the_next_add_partitions(
     write: PrepareCommit is followed by an Ongoing record that names the
     commit; both transactions are visible exactly once, and a retried EndTxn of the
     first gets the second's epoch, not an error."""
-    gate = MarkerGate(log, monkeypatch)
-    gates.append(gate)
-    p = log.producer(transactional_id="fold", linger_ms=60_000)
-    p.init_transactions()
-    p.begin_transaction()
-    p.send("a", b"first", partition=0)
-    first = p.commit_transaction_async()
-    first.result(60)  # decided; its markers are held
-    assert gate.entered.wait(60)
+    p, gate = commit_with_markers_held(log, monkeypatch, gates, "fold")
     pid, epoch = first_txn = (p._producer_id, p._epoch)
     p.begin_transaction()
     p.send("a", b"second", partition=1)
@@ -525,14 +533,7 @@ def test_a_commit_rolled_forward_by_another_client_meanwhile(
     CompleteCommit was left to the next transaction: the combined write loses its race, the
     producer takes the other client's CompleteCommit and registers the usual way, and
     both transactions are visible exactly once."""
-    gate = MarkerGate(log, monkeypatch)
-    gates.append(gate)
-    p = log.producer(transactional_id="race", linger_ms=60_000)
-    p.init_transactions()
-    p.begin_transaction()
-    p.send("a", b"first", partition=0)
-    p.commit_transaction_async().result(60)
-    assert gate.entered.wait(60)
+    p, gate = commit_with_markers_held(log, monkeypatch, gates, "race")
     p.begin_transaction()
     p.send("a", b"second", partition=0)
     flusher = queue_behind(p, monkeypatch)
@@ -561,20 +562,12 @@ def test_only_a_commit_completes_into_the_next_transaction() -> None:
         ongoing.transition("PrepareAbort").transition("Ongoing")
 
 
-def test_a_decided_callback_may_read_without_deadlock(
-        log: txlog.Log, monkeypatch: pytest.MonkeyPatch, gates: list[Any]) -> None:
+def test_a_decided_callback_may_read_without_deadlock(log: txlog.Log,
+                                                      gates: list[Any]) -> None:
     """Callbacks of the future from commit_transaction_async() run on the committer
     thread right after the decision, before it writes the markers: a read there must not
     wait for those markers (it would wait for its own thread)."""
-    from test_background_writes import UploadGate
-
-    gate = UploadGate(monkeypatch)
-    gates.append(gate)
-    p = log.producer(transactional_id="cb", linger_ms=60_000)
-    p.init_transactions()
-    p.begin_transaction()
-    p.send("a", b"v", partition=0)
-    decided = p.commit_transaction_async()  # held: its upload waits for the gate
+    p, gate, decided = held_commit(log, gates, "cb", [b"v"])  # held in prepare_end
     seen: list[list[bytes]] = []
     decided.add_done_callback(lambda f: seen.append(read_all(log, "a")))
     gate.open()
@@ -587,19 +580,10 @@ def test_a_decided_callback_may_read_without_deadlock(
     p.close()
 
 
-def test_a_queued_commit_cannot_be_cancelled(
-        log: txlog.Log, monkeypatch: pytest.MonkeyPatch, gates: list[Any]) -> None:
+def test_a_queued_commit_cannot_be_cancelled(log: txlog.Log, gates: list[Any]) -> None:
     """The future of a queued commit refuses cancel(): the commit goes on, and it is
     visible once decided."""
-    from test_background_writes import UploadGate
-
-    gate = UploadGate(monkeypatch)
-    gates.append(gate)
-    p = log.producer(transactional_id="cancel", linger_ms=60_000)
-    p.init_transactions()
-    p.begin_transaction()
-    p.send("a", b"v", partition=0)
-    decided = p.commit_transaction_async()
+    p, gate, decided = held_commit(log, gates, "cancel", [b"v"])
     assert not decided.cancel()
     gate.open()
     decided.result(60)
@@ -615,8 +599,6 @@ def test_close_completes_a_commit_whose_combined_write_failed(
     PrepareCommit is left behind."""
     from txlog.coordinator import Coordinator
 
-    gate = MarkerGate(log, monkeypatch)
-    gates.append(gate)
     real = Coordinator.complete_into_next
     fails = [StorageError("injected: combined write failed")]
 
@@ -626,12 +608,7 @@ def test_close_completes_a_commit_whose_combined_write_failed(
         return real(coord, prep, tps)
 
     monkeypatch.setattr(Coordinator, "complete_into_next", complete_into_next)
-    p = log.producer(transactional_id="fc", batch_size=300, linger_ms=60_000)
-    p.init_transactions()
-    p.begin_transaction()
-    p.send("a", b"first", partition=0)
-    p.commit_transaction_async().result(60)
-    assert gate.entered.wait(60)
+    p, gate = commit_with_markers_held(log, monkeypatch, gates, "fc", batch_size=300)
     p.begin_transaction()
     p.send("a", b"x" * 400, partition=1)  # full: queued behind the held markers
     gate.open()
