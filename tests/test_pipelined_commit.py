@@ -493,8 +493,9 @@ def commit_with_markers_held(log: txlog.Log, monkeypatch: pytest.MonkeyPatch,
     p.init_transactions()
     p.begin_transaction()
     p.send("a", b"first", partition=0)
-    p.commit_transaction_async().result(60)  # decided; its markers are held
-    assert gate.entered.wait(60)
+    done = p.commit_transaction_async()
+    assert gate.entered.wait(60)  # decided; its markers are held
+    assert p._last_commit is not None and p._last_commit.done() and not done.done()
     return p, gate
 
 

@@ -135,6 +135,15 @@ class _PendingBatch:
         self.nbytes += later.nbytes
 
 
+def _resolve(fut: Future[None], exc: BaseException | None = None) -> None:
+    """Resolve ``fut`` unless it already is (two threads may finish one completion)."""
+    with contextlib.suppress(InvalidStateError):
+        if exc is None:
+            fut.set_result(None)
+        else:
+            fut.set_exception(exc)
+
+
 class _Completion:
     """A decided commit whose markers and CompleteCommit are still to be written."""
 
@@ -277,6 +286,7 @@ class Producer:
         self._pipeline: Future[Any] | None = None
         self._last_commit: Future[None] | None = None
         self._pipeline_error: BaseException | None = None
+        self._pipeline_error_raised = False  # raised to a caller once already
         self._queued_bytes = 0
         self._queued_steps = 0
         self._steps: collections.deque[Future[Any]] = collections.deque()  # for back-pressure
@@ -347,16 +357,23 @@ class Producer:
         self.producer_id, self.epoch = self.log.coordinator.init_producer_id(
             self.transactional_id, self.timeout_ms)
         self._seq.clear()
+        with self._settle_lock:  # init_producer_id rolled any decided commit forward
+            c, self._completing = self._completing, None
+        if c is not None:
+            _resolve(c.markers)
+        with self._qlock:  # a fresh start: an old failure no longer skips steps
+            self._pipeline_error, self._pipeline_error_raised = None, False
         self.state = State.READY
 
     def begin_transaction(self) -> None:
         self._require_txn()
         self._reap_pipeline()  # a failed pipelined commit fails the next begin
-        self._check_state(State.READY, "begin_transaction()")
+        with self._qlock:  # not over a failure another thread has just taken
+            self._check_state(State.READY, "begin_transaction()")
+            self.state = State.IN_TRANSACTION
         if not self._pipelining():  # else the queued commit resets them when it ends
             self._registered.clear()
             self._seq.clear()
-        self.state = State.IN_TRANSACTION
 
     def send_offsets_to_transaction(self, offsets: Mapping[TopicPartition, int],
                                     group_id: str) -> None:
@@ -411,7 +428,7 @@ class Producer:
         # The commit is queued behind the transaction's writes, as a pipelined one is:
         # its last batches then upload while the earlier ones are still being appended,
         # and PrepareCommit follows the last entry on the committer thread at once.
-        decided = self._queue_commit()
+        decided, _ = self._queue_commit()
         wait([decided])
         exc = decided.exception()
         if exc is not None:
@@ -422,8 +439,12 @@ class Producer:
         """Commit without waiting: the transaction's last batches and its PrepareCommit are
         written by the committer thread, and the caller may begin the next transaction at
         once.  The returned future resolves when the commit is decided (what
-        :meth:`commit_transaction` waits for) or raises why it failed; then the producer's
-        next operation raises too, and :meth:`abort_transaction` aborts what is open.
+        :meth:`commit_transaction` waits for) and its markers are written, or raises why
+        it failed; then the producer's next operation raises too, and
+        :meth:`abort_transaction` aborts what is open.  (If the markers fail, the
+        future still resolves: the commit holds, and the producer writes them later.)  So
+        a read in its callbacks, or on a thread they wait for, sees the commit, and the
+        future cannot be cancelled.
 
         Sends of the next transaction are queued behind this commit (up to
         ``max(8 MiB, 8 batches)`` or 16 flushes of them, then ``send()`` waits).  This call
@@ -436,7 +457,7 @@ class Producer:
         self._require_txn()
         prev = self._last_commit
         undecided = prev is not None and not prev.done()  # else reaped below or before
-        fut = self._queue_commit()
+        _, fut = self._queue_commit()
         if prev is None or not undecided:
             return fut
         wait([prev])
@@ -446,9 +467,11 @@ class Producer:
             self._await_pipeline()
         return fut
 
-    def _queue_commit(self) -> Future[None]:
+    def _queue_commit(self) -> tuple[Future[None], Future[None]]:
         """Queue the open transaction's last batches and its commit on the committer;
-        returns the future of the decision."""
+        returns the future of the decision, and the caller's future, which resolves
+        once the markers are written too (or failed to be: the commit holds, and they are
+        written later), so that what its callbacks do sees the commit."""
         self._reap_pipeline()
         self._check_can_end()
         with self._lock:
@@ -458,11 +481,22 @@ class Producer:
         # being decided (the committer runs the steps in order, so only the uploads,
         # which need no epoch, overlap).
         decided: Future[None] = Future()
-        decided.set_running_or_notify_cancel()  # a commit cannot be called off once queued
-        self._queue(self._commit_queued, batches, decided)
+        done: Future[None] = Future()
+        done.set_running_or_notify_cancel()  # a commit cannot be called off once queued
+        try:
+            self._queue(self._commit_queued, batches, [decided, done])
+        except BaseException as exc:
+            # Not queued, and its batches are failed: it must not be committed without them.
+            with self._qlock:
+                if self.state == State.IN_TRANSACTION:
+                    self.state = State.ABORTABLE_ERROR
+                    self._error = exc
+            raise
         self._last_commit = decided
-        self.state = State.READY
-        return decided
+        with self._qlock:  # not over a failure another thread has just taken
+            if self.state == State.IN_TRANSACTION:
+                self.state = State.READY
+        return decided, done
 
     def _check_can_end(self) -> None:
         if self.state == State.ABORTABLE_ERROR:
@@ -491,6 +525,8 @@ class Producer:
         self.state = State.ABORTING
         try:
             self._decide(commit=False)
+            with self._qlock:  # what failed is aborted: later steps run again
+                self._pipeline_error, self._pipeline_error_raised = None, False
         except ProducerFencedError as exc:
             self._fatal(exc)
             raise
@@ -535,18 +571,19 @@ class Producer:
     def _reap_pipeline(self) -> None:
         """Take the outcome of queued steps that are all done (raising a failure) without
         waiting for any."""
-        if self._pipeline is not None and self._pipeline.done():
+        if (self._pipeline is not None and self._pipeline.done()) or \
+                self._pipeline_error is not None:
             self._await_pipeline()
 
     def _in_committer(self) -> bool:
         return threading.get_ident() == self._committer_ident
 
     def _queue(self, fn: Any, batches: list[tuple[TopicPartition, _PendingBatch]],
-               decided: Future[None] | None = None) -> Any:
-        """Run ``fn(batches, uploaded)`` (a commit: ``fn(batches, uploaded, decided)``) on
+               outcome: list[Future[None]] | None = None) -> Any:
+        """Run ``fn(batches, uploaded)`` (a commit: ``fn(batches, uploaded, outcome)``) on
         the committer thread after everything queued before; the batches' objects are
-        written meanwhile.  ``decided`` gets the step's failure if it fails or is
-        skipped."""
+        written meanwhile.  The ``outcome`` futures get the step's failure if it fails or
+        is skipped."""
         if self._committer is None:
             self._committer = ThreadPoolExecutor(1, thread_name_prefix=(
                 f"txlog-commit-{self.transactional_id}" if self.transactional_id is not None
@@ -566,8 +603,8 @@ class Producer:
             with self._qlock:  # callers on several threads: one order of steps, _pipeline
                 self._step_ids += 1
                 fut = self._committer.submit(self._run_queued, fn, batches, step,
-                                             uploaded, self._step_ids, decided)
-                if decided is not None:  # a commit: later batches never join this
+                                             uploaded, self._step_ids, outcome)
+                if outcome is not None:  # a commit: later batches never join this
                     self._tails.clear()  # transaction's (cleared with the step queued)
                 else:
                     for tp, b in batches:  # a later partial batch may join these
@@ -580,13 +617,16 @@ class Producer:
             with self._qlock:
                 self._queued_bytes -= nbytes
                 self._queued_steps -= 1
+                if self.transactional_id is not None and self._pipeline_error is None:
+                    # The transaction lost these batches: it must not commit.
+                    self._pipeline_error, self._pipeline_error_raised = exc, True
             self._fail_batches([b for _, b in batches], exc)
             raise
         return fut
 
     def _run_queued(self, fn: Any, batches: list[tuple[TopicPartition, _PendingBatch]],
                     upload: _Upload, uploaded: Uploaded | None, step: int,
-                    decided: Future[None] | None) -> Any:
+                    outcome: list[Future[None]] | None) -> Any:
         self._committer_ident = threading.get_ident()
         try:
             if self._pipeline_error is not None or step <= self._skip_through:
@@ -600,8 +640,8 @@ class Producer:
                 with self._qlock:
                     upload.started = True  # nothing joins a failed step from here on
                 self._fail_batches([b for _, b in batches], exc)
-                if decided is not None:
-                    decided.set_exception(exc)
+                for f in outcome or ():
+                    _resolve(f, exc)
                 if uploaded is not None:
                     wait([uploaded])
                     if uploaded.exception() is None:
@@ -609,15 +649,16 @@ class Producer:
                                            [w.key for w in uploaded.result()])
                 raise exc
             try:
-                if decided is not None:
-                    return fn(batches, uploaded, decided)
+                if outcome is not None:
+                    return fn(batches, uploaded, outcome)
                 return fn(batches, uploaded)
             except BaseException as exc:
-                if decided is not None and not decided.done():
-                    decided.set_exception(exc)
+                for f in outcome or ():
+                    _resolve(f, exc)
                 with self._qlock:
                     if self.transactional_id is not None:
-                        self._pipeline_error = exc
+                        if self._pipeline_error is None:
+                            self._pipeline_error, self._pipeline_error_raised = exc, False
                     else:
                         # Without a transaction the batches' futures carry the error,
                         # and the next flush() raises it.
@@ -632,19 +673,19 @@ class Producer:
                 self._queued_steps -= 1
 
     def _commit_queued(self, batches: list[tuple[TopicPartition, _PendingBatch]],
-                       uploaded: Uploaded | None, decided: Future[None]) -> None:
+                       uploaded: Uploaded | None, outcome: list[Future[None]]) -> None:
+        decided, done = outcome
         self._write_batches(batches, uploaded)
         self._decide(commit=True)
         self._registered.clear()
         self._seq.clear()
+        _resolve(decided)  # a blocking commit_transaction() returns; the markers follow
         try:
-            # The caller goes on; the markers follow here.  Callbacks run now, on this
-            # thread: a read in one must not wait for the markers this thread is about
-            # to write (it may not see the commit yet).
-            with completions.running():
-                decided.set_result(None)
-        finally:
             self._complete_decided()
+        finally:
+            # The caller's future (and its callbacks, on this thread) once the markers
+            # are written: a read there, or on a thread it waits for, sees the commit.
+            _resolve(done)
 
     def _complete_decided(self) -> None:
         """On the committer thread, right after a commit's decision: write its markers,
@@ -660,12 +701,12 @@ class Producer:
             with completions.running():
                 coord.write_markers(c.prep)
         except BaseException as exc:
-            c.markers.set_exception(exc)  # readers waiting for them go on
+            _resolve(c.markers, exc)  # readers waiting for them go on
             if not isinstance(exc, Exception):
                 raise
             _log.debug("markers of a decided commit not written yet: %s", exc)
             return
-        c.markers.set_result(None)
+        _resolve(c.markers)
         with self._qlock:
             if self._queued_steps > 1:  # this step counts itself
                 return
@@ -685,23 +726,31 @@ class Producer:
         transaction cannot
         commit: the state becomes ABORTABLE_ERROR (or FATAL_ERROR, as the same error would
         make it in the caller's thread) and, unless ``quiet``, the error is raised."""
-        fut = self._pipeline
-        if fut is None or self._in_committer():
+        if self._in_committer():
             return
-        wait([fut])  # steps run in order: everything queued before it is done too
+        fut = self._pipeline
+        if fut is not None:
+            wait([fut])  # steps run in order: everything queued before it is done too
         with self._qlock:
             exc = self._pipeline_error
-            if self._pipeline is fut:  # else another thread queued more meanwhile: keep
-                self._pipeline = None  # tracking it (and keep skipping after a failure)
-                self._pipeline_error = None
-        if exc is None:
-            return
-        self._error = exc
-        if isinstance(exc, TxlogError) and exc.abortable:
-            self.state = State.ABORTABLE_ERROR
-        else:  # fenced, or the outcome of a write is unknown
-            self.state = State.FATAL_ERROR
-        if not quiet:
+            if fut is not None and self._pipeline is fut:  # else another thread queued
+                self._pipeline = None  # more meanwhile: keep tracking it
+            if exc is None:
+                return
+            # The failure stays until the transaction is aborted (or the producer
+            # re-initialised): later steps are skipped, and every thread that waits
+            # here leaves the state it calls for, whichever took it first.  It is
+            # raised once; later operations raise for the state.
+            self._error = exc
+            if self.state not in (State.FATAL_ERROR, State.CLOSED):
+                if isinstance(exc, TxlogError) and exc.abortable:
+                    self.state = State.ABORTABLE_ERROR
+                else:  # fenced, or the outcome of a write is unknown
+                    self.state = State.FATAL_ERROR
+            raise_now = not quiet and not self._pipeline_error_raised
+            if raise_now:
+                self._pipeline_error_raised = True
+        if raise_now:
             raise exc
 
     def _settle(self) -> None:
@@ -709,7 +758,7 @@ class Producer:
         them (a store error, or Complete* left to a next transaction that did not write
         it), and take the (id, epoch) for the next transaction.  The outcome was decided,
         so this only retries writing it down."""
-        self._await_pipeline()
+        self._await_pipeline(quiet=True)  # a failed step is raised by the operation
         if self._completing is None:
             return
         assert self.transactional_id is not None
@@ -723,9 +772,7 @@ class Producer:
             self._producer_id, self._epoch = self.log.coordinator.end_txn(
                 self.transactional_id, c.prep.producer_id, c.prep.epoch, commit=True)
             self._completing = None
-        if not c.markers.done():  # (resolved by the committer in every path: defensive)
-            with contextlib.suppress(InvalidStateError):
-                c.markers.set_result(None)  # end_txn wrote them
+        _resolve(c.markers)  # end_txn wrote them (if the committer has not said so yet)
 
     def _complete_into_next(self, tps: list[TopicPartition]) -> bool:
         """Register ``tps`` in the state-log write that completes the last commit, whose

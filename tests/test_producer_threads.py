@@ -1,0 +1,224 @@
+"""A transactional producer used from several threads at once: another thread reading
+``producer.epoch`` (or flushing) may take a queued step's failure first, and the
+producer must still neither commit what failed nor lose the failure; a commit's
+callbacks may read; a re-initialised producer forgets what it rolled forward."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor, wait
+from typing import Any
+
+import pytest
+from test_pipelined_commit import held_commit
+from test_transactions import read_all
+
+import txlog
+from txlog.coordinator import Coordinator
+from txlog.errors import StorageError, TxlogError
+from txlog.producer import Producer, State
+
+
+@pytest.fixture
+def log(tmp_path: object) -> txlog.Log:
+    lg = txlog.connect(str(tmp_path))
+    lg.create_topic("a", partitions=2)
+    return lg
+
+
+def fail_once(monkeypatch: pytest.MonkeyPatch, name: str, exc: BaseException) -> None:
+    """Coordinator.<name> raises ``exc`` on its next call, then works again."""
+    real = getattr(Coordinator, name)
+    fails = [exc]
+
+    def call(self: Coordinator, *a: Any, **kw: Any) -> Any:
+        if fails:
+            raise fails.pop()
+        return real(self, *a, **kw)
+
+    monkeypatch.setattr(Coordinator, name, call)
+
+
+def read_epoch_elsewhere(p: Producer) -> None:
+    """Another thread reads p.epoch (which settles, and takes a failed step's error)."""
+    t = threading.Thread(target=lambda: p.epoch)
+    t.start()
+    t.join(60)
+
+
+def test_a_failure_taken_by_another_thread_still_fails_the_commit(
+        log: txlog.Log, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A queued write fails, and another thread takes the failure between the commit's
+    checks and its queueing: the commit is still skipped and raises, the transaction is
+    abortable, and nothing of it is visible."""
+    p = log.producer(transactional_id="lost", linger_ms=60_000, batch_size=100)
+    p.init_transactions()
+    p.begin_transaction()
+    fail_once(monkeypatch, "add_partitions", StorageError("injected: AddPartitions"))
+    lost = p.send("a", b"x" * 200, partition=0)  # full: queued now; its step fails
+    p.send("a", b"kept", partition=1)
+    real_check = p._check_can_end
+
+    def check() -> None:
+        real_check()
+        assert p._pipeline is not None
+        wait([p._pipeline])
+        read_epoch_elsewhere(p)
+
+    monkeypatch.setattr(p, "_check_can_end", check)
+    with pytest.raises(TxlogError):
+        p.commit_transaction()
+    monkeypatch.setattr(p, "_check_can_end", real_check)
+    with pytest.raises(StorageError):
+        lost.get()
+    assert p.state == State.ABORTABLE_ERROR
+    p.abort_transaction()
+    assert read_all(log, "a", "read_uncommitted") == []
+    p.begin_transaction()
+    p.send("a", b"next", partition=1)
+    p.commit_transaction()
+    assert read_all(log, "a") == [b"next"]
+    p.close()
+
+
+def test_a_failed_commit_seen_first_by_another_thread_stays_abortable(
+        log: txlog.Log, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The commit step fails and another thread takes the failure before the commit
+    call returns: the state is abortable, not READY, so the failed transaction's first
+    batch is never committed by the next one."""
+    p = log.producer(transactional_id="race", linger_ms=60_000)
+    p.init_transactions()
+    p.begin_transaction()
+    p.send("a", b"t1-partial", partition=0)
+    p.flush()
+    p.send("a", b"t1-lost", partition=1)
+    fail_once(monkeypatch, "add_partitions", StorageError("injected: AddPartitions"))
+    real_queue = p._queue
+
+    def queue(fn: Any, batches: Any, outcome: Any = None) -> Any:
+        fut = real_queue(fn, batches, outcome)
+        if outcome is not None:  # the commit step: let it fail, another thread looks
+            wait([fut])
+            read_epoch_elsewhere(p)
+        return fut
+
+    monkeypatch.setattr(p, "_queue", queue)
+    with pytest.raises(StorageError):
+        p.commit_transaction()
+    monkeypatch.setattr(p, "_queue", real_queue)
+    assert p.state == State.ABORTABLE_ERROR
+    p.abort_transaction()
+    p.begin_transaction()
+    p.send("a", b"t2", partition=1)
+    p.commit_transaction()
+    assert read_all(log, "a") == [b"t2"]
+    p.close()
+
+
+def test_a_commit_that_could_not_be_queued_cannot_be_retried(
+        log: txlog.Log, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Queueing the commit fails (its pools are shut down, say): its batches fail, and a
+    second commit_transaction() is refused instead of committing the rest."""
+    p = log.producer(transactional_id="qraise", linger_ms=60_000)
+    p.init_transactions()
+    p.begin_transaction()
+    p.send("a", b"first", partition=0)
+    p.flush()
+    lost = p.send("a", b"lost", partition=1)
+    real_upload = p._upload
+    fails = [RuntimeError("cannot schedule new futures after shutdown")]
+
+    def upload(step: Any) -> Any:
+        if fails:
+            raise fails.pop()
+        return real_upload(step)
+
+    monkeypatch.setattr(p, "_upload", upload)
+    with pytest.raises(RuntimeError):
+        p.commit_transaction()
+    with pytest.raises(RuntimeError):
+        lost.get()
+    with pytest.raises(TxlogError):
+        p.commit_transaction()
+    p.close()
+    txlog.connect(log.url).producer(transactional_id="qraise").init_transactions()
+    assert read_all(log, "a", "read_uncommitted") == [b"first"]
+    assert read_all(log, "a") == []
+
+
+def test_settle_on_another_thread_while_the_committer_writes_markers(
+        log: txlog.Log, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another thread completes the commit (markers and CompleteCommit) while the
+    committer is still writing its markers: both finish, the producer stays usable,
+    and the commit is visible once."""
+    p = log.producer(transactional_id="dbl", linger_ms=60_000)
+    p.init_transactions()
+    p.begin_transaction()
+    p.send("a", b"v", partition=0)
+    x_past, x_go, in_markers, markers_go = (threading.Event() for _ in range(4))
+    real_await = p._await_pipeline
+
+    def await_pipeline(*, quiet: bool = False) -> None:
+        real_await(quiet=quiet)
+        if threading.current_thread().name == "X":
+            x_past.set()
+            assert x_go.wait(60)
+
+    monkeypatch.setattr(p, "_await_pipeline", await_pipeline)
+    real_markers = Coordinator.write_markers
+
+    def write_markers(coord: Coordinator, prep: Any) -> None:
+        if threading.current_thread().name.startswith("txlog-commit"):
+            in_markers.set()
+            assert markers_go.wait(60)
+        real_markers(coord, prep)
+
+    monkeypatch.setattr(Coordinator, "write_markers", write_markers)
+    x = threading.Thread(target=lambda: p.epoch, name="X")
+    x.start()
+    assert x_past.wait(60)  # X found nothing queued
+    done = p.commit_transaction_async()
+    assert in_markers.wait(60)
+    x_go.set()
+    x.join(60)  # X's settle wrote the markers and CompleteCommit
+    markers_go.set()
+    done.result(60)
+    monkeypatch.setattr(p, "_await_pipeline", real_await)
+    p.begin_transaction()
+    assert p.state == State.IN_TRANSACTION
+    p.abort_transaction()
+    assert read_all(log, "a") == [b"v"]
+    p.close()
+
+
+def test_a_commit_callback_may_wait_for_a_read_on_another_thread(log: txlog.Log) -> None:
+    """The future of commit_transaction_async() resolves once the markers are written:
+    a callback that waits for a read on another thread sees the commit."""
+    p, gate, done = held_commit(log, [], "cbx", [b"v"])  # held in prepare_end
+    seen: list[Any] = []
+    with ThreadPoolExecutor(1) as ex:
+        done.add_done_callback(lambda _: seen.append(ex.submit(read_all, log, "a").result(60)))
+        gate.open()
+        p.flush()
+    assert seen == [[b"v"]]
+    p.close()
+
+
+def test_init_transactions_forgets_the_commit_it_rolled_forward(
+        log: txlog.Log, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A commit's markers failed and settling fails once more during init_transactions():
+    init rolls the commit forward itself, and the producer does not try to end it again
+    with the old epoch (which would fence it)."""
+    p = log.producer(transactional_id="reinit", linger_ms=60_000)
+    p.init_transactions()
+    fail_once(monkeypatch, "write_markers", StorageError("injected: markers"))
+    p.begin_transaction()
+    p.send("a", b"t1", partition=0)
+    p.commit_transaction_async().result(60)
+    fail_once(monkeypatch, "end_txn", StorageError("injected: settle in init"))
+    p.init_transactions()
+    p.begin_transaction()
+    p.send("a", b"t2", partition=0)
+    p.commit_transaction()
+    assert read_all(log, "a") == [b"t1", b"t2"]
+    p.close()
