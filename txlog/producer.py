@@ -461,10 +461,12 @@ class Producer:
         if prev is None or not undecided:
             return fut
         wait([prev])
-        if prev.exception() is not None:
+        exc = prev.exception()
+        if exc is not None:
             # That commit failed, so this one is skipped: wait for that, take the state
             # the failure leaves (abortable or fatal) and raise its cause now.
             self._await_pipeline()
+            raise exc  # (if another thread took it from the pipeline first)
         return fut
 
     def _queue_commit(self) -> tuple[Future[None], Future[None]]:
