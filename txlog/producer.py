@@ -270,8 +270,6 @@ class Producer:
         self._seq: dict[TopicPartition, int] = {}
         self._reset_pid = False  # set after an append of unknown outcome (non-transactional)
         self._rr = RoundRobin()
-        # The last transaction end whose markers and Complete* are still being written:
-        # (its producer id, epoch, commit?, the future of the next (id, epoch)).
         # The last commit, decided, while its markers and CompleteCommit are not all
         # written (see _complete_decided, _complete_into_next and _settle).
         self._completing: _Completion | None = None
