@@ -427,11 +427,7 @@ class Producer:
         # its last batches then upload while the earlier ones are still being appended,
         # and PrepareCommit follows the last entry on the committer thread at once.
         decided, _ = self._queue_commit()
-        wait([decided])
-        exc = decided.exception()
-        if exc is not None:
-            self._await_pipeline()  # raises it, leaving the state it calls for
-            raise exc  # (if another thread took it from the pipeline first)
+        self._raise_if_failed(decided)
 
     def commit_transaction_async(self) -> Future[None]:
         """Commit without waiting: the transaction's last batches and its PrepareCommit are
@@ -458,14 +454,18 @@ class Producer:
         _, fut = self._queue_commit()
         if prev is None or not undecided:
             return fut
-        wait([prev])
-        exc = prev.exception()
-        if exc is not None:
-            # That commit failed, so this one is skipped: wait for that, take the state
-            # the failure leaves (abortable or fatal) and raise its cause now.
-            self._await_pipeline()
-            raise exc  # (if another thread took it from the pipeline first)
+        # If that commit failed, this one is skipped: raise its cause now.
+        self._raise_if_failed(prev)
         return fut
+
+    def _raise_if_failed(self, decided: Future[None]) -> None:
+        """Wait for a commit's decision; if it failed, wait for the queued steps, take the
+        state the failure leaves (abortable or fatal) and raise it."""
+        wait([decided])
+        exc = decided.exception()
+        if exc is not None:
+            self._await_pipeline()  # raises it, unless another thread took it first
+            raise exc
 
     def _queue_commit(self) -> tuple[Future[None], Future[None]]:
         """Queue the open transaction's last batches and its commit on the committer;
