@@ -45,7 +45,7 @@ from spark_ext.read_plan import (
 from txlog.errors import CorruptObjectError, ObjectNotFoundError, OffsetOutOfRangeError
 from txlog.partition_log import decode_parquet
 from txlog.partition_state import READ_UNCOMMITTED, PartitionState
-from txlog.records import TopicPartition, with_kafka_columns
+from txlog.records import TopicPartition, offset_range, with_kafka_columns
 
 if TYPE_CHECKING:
     from txlog.log import Log
@@ -75,18 +75,6 @@ def make_partitions(groups: list[list[FileSlice]]) -> list[InputPartition]:
 
 
 # --- reading slices --------------------------------------------------------------------------
-
-
-class _Iota:
-    """0, 1, 2, ... as a cached Arrow array: offset columns without a Python loop."""
-
-    arr: pa.Array = pa.array([], pa.int64())
-
-    @classmethod
-    def offsets(cls, first: int, n: int) -> pa.Array:
-        if len(cls.arr) < n:
-            cls.arr = pa.array(range(max(n, 2 * len(cls.arr))), pa.int64())
-        return pc.add(cls.arr.slice(0, n), pa.scalar(first, pa.int64()))
 
 
 def _fetch_all(store: ObjectStore, slices: list[FileSlice], fail_on_data_loss: bool,
@@ -142,7 +130,7 @@ def slice_table(raw: bytes, s: FileSlice, shape: OutputShape, target: pa.Schema)
     cols: dict[str, Any] = {
         "topic": pa.repeat(pa.scalar(s.topic, pa.string()), n),
         "partition": pa.repeat(pa.scalar(s.partition, pa.int32()), n),
-        "offset": _Iota.offsets(s.start, n),
+        "offset": offset_range(s.start, n),
     }
     if shape.kafka_shaped:
         table = with_kafka_columns(table, shape.data_columns)

@@ -202,3 +202,46 @@ def test_consumer_errors(tmp_path: object) -> None:
         c.commit()
     with pytest.raises(txlog.errors.UnknownTopicError):
         c.assign([TopicPartition("t", 3)])
+
+
+def test_poll_arrow_columns_match_poll_across_aborted_batches(tmp_path: object) -> None:
+    """poll_arrow's topic, partition and offset columns (built per poll, not per row)
+    name the same records as poll(): offsets skip the aborted batch and the markers."""
+    log = txlog.connect(str(tmp_path))
+    log.create_topic("t", 2)
+    p = log.producer(transactional_id="cols")
+    p.init_transactions()
+    for n, outcome in ((5, "commit"), (3, "abort"), (4, "commit")):
+        p.begin_transaction()
+        for i in range(n):
+            p.send("t", f"{outcome}-{i}".encode(), partition=1)
+        if outcome == "commit":
+            p.commit_transaction()
+        else:
+            p.abort_transaction()
+    p.close()
+    tp1 = TopicPartition("t", 1)
+    polled = log.consumer(auto_offset_reset="earliest")
+    polled.assign([tp1])
+    expected = [(r.offset, r.value) for r in drain(polled)]
+    assert len(expected) == 9 and all(v.startswith(b"commit") for _, v in expected)
+    c = log.consumer(auto_offset_reset="earliest")
+    c.assign([tp1])
+    t = c.poll_arrow(100)
+    assert list(zip(t.column("offset").to_pylist(), t.column("value").to_pylist(),
+                    strict=True)) == expected
+    assert set(t.column("topic").to_pylist()) == {"t"}
+    assert set(t.column("partition").to_pylist()) == {1}
+    assert t.schema.field("offset").type == pa.int64()
+    assert t.schema.field("partition").type == pa.int32()
+
+
+def test_offset_range_grows_past_its_cache() -> None:
+    from txlog.records import offset_range
+
+    assert offset_range(7, 0).to_pylist() == []
+    assert offset_range(7, 3).to_pylist() == [7, 8, 9]
+    big = offset_range(2**40, 200_000)
+    assert len(big) == 200_000 and big[0].as_py() == 2**40
+    assert big[-1].as_py() == 2**40 + 199_999
+    assert offset_range(5, 2).to_pylist() == [5, 6]

@@ -100,7 +100,7 @@ def conform(table: pa.Table, schema: pa.Schema, topic: str, *, kafka_shaped: boo
             if f.name in names:
                 cols.append(_cast(table.column(f.name), f, topic))
             elif f.name == "timestamp":
-                cols.append(pa.array([now_ms()] * n, pa.timestamp("ms", tz="UTC")))
+                cols.append(pa.repeat(pa.scalar(now_ms(), pa.timestamp("ms", tz="UTC")), n))
             else:
                 cols.append(pa.nulls(n, f.type))
         extra = names - set(KAFKA_SCHEMA.names)
@@ -190,6 +190,22 @@ def ts_range(table: pa.Table) -> tuple[int | None, int | None, bool]:
     if lo is None or hi is None:
         return None, None, True
     return int(lo), int(hi), col.null_count > 0
+
+
+class _Iota:
+    """0, 1, 2, ... as a cached Arrow array, grown on demand."""
+
+    arr: pa.Array = pa.array([], pa.int64())
+
+
+def offset_range(first: int, n: int) -> pa.Array:
+    """first, first + 1, ..., first + n - 1 as int64: an offset column without a Python
+    int per row."""
+    import pyarrow.compute as pc
+
+    if len(_Iota.arr) < n:
+        _Iota.arr = pa.array(range(max(n, 2 * len(_Iota.arr))), pa.int64())
+    return pc.add(_Iota.arr.slice(0, n), pa.scalar(first, pa.int64()))
 
 
 def with_append_time(table: pa.Table, append_ms: int) -> pa.Table:
