@@ -245,3 +245,38 @@ def test_offset_range_grows_past_its_cache() -> None:
     assert len(big) == 200_000 and big[0].as_py() == 2**40
     assert big[-1].as_py() == 2**40 + 199_999
     assert offset_range(5, 2).to_pylist() == [5, 6]
+
+
+def test_offset_range_survives_a_shorter_cache_swapped_in(monkeypatch: pytest.MonkeyPatch,
+                                                          ) -> None:
+    """Another thread may replace the shared cache with a shorter array between the length
+    check and the slice: the call must use the array it checked (review finding)."""
+    from txlog import records
+
+    class Swapping:
+        """Reads as a long cache once, then as a short one."""
+
+        reads = 0
+
+        def __get__(self, obj: object, cls: type) -> pa.Array:
+            Swapping.reads += 1
+            return pa.array(range(5000 if Swapping.reads == 1 else 200), pa.int64())
+
+        def __set__(self, obj: object, value: pa.Array) -> None:
+            pass
+
+    monkeypatch.setattr(records._Iota, "arr", Swapping())
+    assert records.offset_range(7, 1000).to_pylist() == list(range(7, 1007))
+
+
+def test_offset_range_beyond_its_cache_limit_and_near_overflow(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from txlog import records
+
+    monkeypatch.setattr(records, "_IOTA_MAX", 1000)
+    monkeypatch.setattr(records._Iota, "arr", pa.array([], pa.int64()))
+    got = records.offset_range(10, 2500)
+    assert got.to_pylist() == list(range(10, 2510))
+    assert len(records._Iota.arr) <= 1000
+    with pytest.raises(pa.ArrowInvalid, match="overflow"):
+        records.offset_range(2**63 - 3, 5)

@@ -193,9 +193,12 @@ def ts_range(table: pa.Table) -> tuple[int | None, int | None, bool]:
 
 
 class _Iota:
-    """0, 1, 2, ... as a cached Arrow array, grown on demand."""
+    """0, 1, 2, ... as a cached Arrow array, grown on demand up to _IOTA_MAX."""
 
     arr: pa.Array = pa.array([], pa.int64())
+
+
+_IOTA_MAX = 1 << 20  # 8 MiB kept for the process's life at most
 
 
 def offset_range(first: int, n: int) -> pa.Array:
@@ -203,9 +206,15 @@ def offset_range(first: int, n: int) -> pa.Array:
     int per row."""
     import pyarrow.compute as pc
 
-    if len(_Iota.arr) < n:
-        _Iota.arr = pa.array(range(max(n, 2 * len(_Iota.arr))), pa.int64())
-    return pc.add(_Iota.arr.slice(0, n), pa.scalar(first, pa.int64()))
+    if n > _IOTA_MAX:
+        return pa.concat_arrays([offset_range(first + i, min(_IOTA_MAX, n - i))
+                                 for i in range(0, n, _IOTA_MAX)])
+    # One read of the shared cache: another thread may swap in a shorter one meanwhile.
+    arr = _Iota.arr
+    if len(arr) < n:
+        arr = pa.array(range(min(_IOTA_MAX, max(n, 2 * len(arr)))), pa.int64())
+        _Iota.arr = arr
+    return pc.add_checked(arr.slice(0, n), pa.scalar(first, pa.int64()))
 
 
 def with_append_time(table: pa.Table, append_ms: int) -> pa.Table:
