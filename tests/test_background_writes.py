@@ -37,7 +37,7 @@ class UploadGate:
             self.opened.set()
         self.fail = fail
         self.calls = 0
-        self.lock = threading.Lock()
+        self.lock = threading.Condition()
         gate = self
 
         def write_data(plog: PartitionLog, table: Any) -> tuple[str, int]:
@@ -46,6 +46,7 @@ class UploadGate:
                 failing = gate.calls <= gate.fail or (
                     fail_prefix is not None
                     and table.column("value")[0].as_py().startswith(fail_prefix))
+                gate.lock.notify_all()
             gate.entered.set()
             assert gate.opened.wait(60), "test gate never opened"
             if failing:
@@ -56,6 +57,22 @@ class UploadGate:
 
     def open(self) -> None:
         self.opened.set()
+
+    def wait_entered(self, n: int) -> None:
+        """Until ``n`` uploads have started."""
+        with self.lock:
+            assert self.lock.wait_for(lambda: self.calls >= n, 60), "uploads never started"
+
+    def send_behind_two(self, p: Any, values: list[bytes]) -> list[Any]:
+        """Send ``values`` (each a full batch) to partition 0, each of the first two once
+        the upload before it is held: the rest then wait for a writer, in order (a batch
+        queued before its predecessor's upload started would join that one)."""
+        futures = []
+        for i, v in enumerate(values):
+            futures.append(p.send("a", v, partition=0))
+            if i < 2:
+                self.wait_entered(i + 1)
+        return futures
 
 
 def test_send_goes_on_while_a_full_batch_uploads(
@@ -237,8 +254,7 @@ def test_a_partial_batch_joins_a_queued_one_that_has_not_started(
     p = log.producer(transactional_id="join", batch_size=300, linger_ms=60_000)
     p.init_transactions()
     p.begin_transaction()
-    full = [p.send("a", f"full{i}".encode() * 80, partition=0) for i in range(3)]
-    assert gate.entered.wait(60)
+    full = gate.send_behind_two(p, [f"full{i}".encode() * 80 for i in range(3)])
     tail = [p.send("a", f"tail{i}".encode(), partition=0) for i in range(2)]
     decided = p.commit_transaction_async()
     gate.open()
@@ -248,6 +264,32 @@ def test_a_partial_batch_joins_a_queued_one_that_has_not_started(
     assert read_all(log, "a") == values
     assert [f.get().offset for f in full + tail] == [0, 1, 2, 3, 4]
     assert p.log.partition_log(TopicPartition("a", 0)).refresh().next_slot == 4  # 3 + marker
+    p.close()
+
+
+def test_full_batches_behind_a_backlog_share_objects_up_to_the_join_limit(
+        log: txlog.Log, monkeypatch: pytest.MonkeyPatch, gates: list[UploadGate]) -> None:
+    """Full batches queued while both uploads are busy join the partition's waiting
+    batch until it holds JOIN_BATCHES batch sizes; the records keep their send order and
+    consecutive offsets, and each future gets its own record's offset."""
+    from txlog.producer import JOIN_BATCHES
+
+    gate = UploadGate(monkeypatch)
+    gates.append(gate)
+    p = log.producer(transactional_id="fulljoin", batch_size=300, linger_ms=60_000)
+    p.init_transactions()
+    p.begin_transaction()
+    # 416 bytes a record (400 B value + 16): each send fills a batch of its own.
+    per_object = (JOIN_BATCHES * 300) // 416
+    assert per_object >= 2
+    n = 2 + 2 * per_object + 1  # two uploading, two full waiting objects, one more
+    futures = gate.send_behind_two(p, [f"{i:03d}".encode() * 133 + b"x" for i in range(n)])
+    decided = p.commit_transaction_async()
+    gate.open()
+    decided.result(60)
+    assert gate.calls == 2 + 2 + 1
+    assert read_all(log, "a") == [f"{i:03d}".encode() * 133 + b"x" for i in range(n)]
+    assert [f.get().offset for f in futures] == list(range(n))
     p.close()
 
 
@@ -261,9 +303,7 @@ def test_a_batch_never_joins_one_of_the_previous_transaction(
     p = log.producer(transactional_id="boundary", batch_size=300, linger_ms=60_000)
     p.init_transactions()
     p.begin_transaction()
-    for i in range(3):
-        p.send("a", f"kept{i}".encode() * 80, partition=0)
-    assert gate.entered.wait(60)
+    gate.send_behind_two(p, [f"kept{i}".encode() * 80 for i in range(3)])
     decided = p.commit_transaction_async()
     p.begin_transaction()
     p.send("a", b"aborted", partition=0)
@@ -287,9 +327,7 @@ def test_a_joined_plain_batch_wakes_get_waiting_on_its_own_event(
     gate = UploadGate(monkeypatch)
     gates.append(gate)
     p = log.producer(batch_size=300, linger_ms=60_000)
-    for i in range(3):
-        p.send("a", f"full{i}".encode() * 80, partition=0)
-    assert gate.entered.wait(60)
+    gate.send_behind_two(p, [f"full{i}".encode() * 80 for i in range(3)])
     small = p.send("a", b"small", partition=0)
     own_event = small._written  # what a get() called now waits on
     assert own_event is not None
