@@ -5,6 +5,7 @@ write fails the transaction, and too much queued makes ``send()`` wait."""
 from __future__ import annotations
 
 import threading
+from concurrent.futures import wait
 from typing import Any
 
 import pytest
@@ -33,8 +34,10 @@ class UploadGate:
         self.real = PartitionLog.write_data
         self.entered = threading.Event()
         self.opened = threading.Event()
+        self.failing = threading.Event()  # releases the failing uploads only
         if not hold:
             self.opened.set()
+            self.failing.set()
         self.fail = fail
         self.calls = 0
         self.lock = threading.Condition()
@@ -48,7 +51,8 @@ class UploadGate:
                     and table.column("value")[0].as_py().startswith(fail_prefix))
                 gate.lock.notify_all()
             gate.entered.set()
-            assert gate.opened.wait(60), "test gate never opened"
+            released = gate.failing if failing else gate.opened
+            assert released.wait(60), "test gate never opened"
             if failing:
                 raise StorageError("injected: batch object upload failed")
             return gate.real(plog, table)
@@ -56,7 +60,12 @@ class UploadGate:
         monkeypatch.setattr(PartitionLog, "write_data", write_data)
 
     def open(self) -> None:
+        self.failing.set()
         self.opened.set()
+
+    def fail_open(self) -> None:
+        """Let the failing uploads fail now; hold the others."""
+        self.failing.set()
 
     def wait_entered(self, n: int) -> None:
         """Until ``n`` uploads have started."""
@@ -193,6 +202,7 @@ def test_without_a_transaction_nothing_lands_behind_a_lost_batch(
     gates.append(gate)
     p = log.producer(batch_size=100, linger_ms=60_000)
     lost = p.send("a", b"lost" * 30, partition=0)  # full: queued, its upload will fail
+    gate.wait_entered(1)  # uploading: the next batch cannot join it
     behind = p.send("a", b"behind" * 30, partition=0)  # queued behind it
     gate.open()
     with pytest.raises(StorageError, match="injected"):
@@ -206,6 +216,37 @@ def test_without_a_transaction_nothing_lands_behind_a_lost_batch(
     assert later.get().offset == 0
     p.close()
     assert read_all(log, "a", "read_uncommitted") == [b"later" * 30]
+
+
+def test_a_batch_sent_after_a_failure_does_not_join_a_doomed_write(
+        log: txlog.Log, monkeypatch: pytest.MonkeyPatch, gates: list[UploadGate]) -> None:
+    """Plain producer: a write queued before a failure was known fails with it; a full
+    batch sent after that must not join such a write, still waiting for a writer, but
+    go on in a write of its own (review finding)."""
+    gate = UploadGate(monkeypatch, fail_prefix=b"lost")
+    gates.append(gate)
+    p = log.producer(batch_size=100, linger_ms=60_000)
+    lost = p.send("a", b"lost" * 30, partition=0)  # write 1: held, then fails
+    gate.wait_entered(1)
+    p.send("a", b"a" * 120, partition=1)  # write 2: held
+    gate.wait_entered(2)
+    p.send("a", b"b" * 120, partition=1)  # write 3: takes write 1's writer, held
+    doomed = p.send("a", b"c" * 120, partition=0)  # write 4: waits for a writer
+    first = p._steps[0]
+    gate.fail_open()  # write 1 fails
+    gate.wait_entered(3)  # writes 2 and 3 hold both writers: write 4 cannot start
+    wait([first])  # the committer has taken the failure: writes 2-4 will be skipped
+    with pytest.raises(StorageError, match="injected"):
+        lost.get(0)
+    later = p.send("a", b"later" * 24, partition=0)  # full: its own write
+    gate.open()
+    with pytest.raises(StorageError, match="injected"):
+        p.flush()  # the failure, raised once
+    with pytest.raises(InvalidTxnStateError, match="earlier queued write failed"):
+        doomed.get(0)
+    assert later.get(0).partition == 0
+    p.close()
+    assert read_all(log, "a", "read_uncommitted").count(b"later" * 24) == 1
 
 
 def test_a_full_batch_takes_the_batches_past_linger_along(

@@ -13,7 +13,9 @@ batch is written in the background, as Kafka's sender thread does: its object up
 goes on sending; ``flush()`` and commits wait for what was queued, and too much queued
 makes ``send()`` wait for the oldest write.  A batch past linger goes on its own once
 fewer than two writes are queued (it grows meanwhile); a full one always goes, and takes
-the batches past linger along.  A non-transactional producer also runs a
+the batches past linger along.  A batch joins its partition's last queued batch whose
+upload has not started (up to four batch sizes together): behind a backlog, one object
+and one entry carry several batches.  A non-transactional producer also runs a
 linger thread that queues a batch once ``linger.ms`` has passed with no further send: a
 quiet producer's records do not wait for ``flush()``.  (A transactional producer's
 records become visible only at commit, which writes them anyway.)  Without a
@@ -159,12 +161,13 @@ class _Completion:
 class _Upload:
     """The batch objects of one queued step; batches may join it until it starts."""
 
-    __slots__ = ("batches", "nbytes", "started")
+    __slots__ = ("batches", "nbytes", "started", "step")
 
     def __init__(self, batches: list[tuple[TopicPartition, _PendingBatch]]) -> None:
         self.batches = batches
         self.nbytes = sum(b.nbytes for _, b in batches)
         self.started = False
+        self.step = 0  # its number among the queued steps, once queued
 
 
 class SendFuture:
@@ -608,12 +611,13 @@ class Producer:
             uploaded = self._upload(step)
             with self._qlock:  # callers on several threads: one order of steps, _pipeline
                 self._step_ids += 1
+                step.step = self._step_ids
                 fut = self._committer.submit(self._run_queued, fn, batches, step,
                                              uploaded, self._step_ids, outcome)
                 if outcome is not None:  # a commit: later batches never join this
                     self._tails.clear()  # transaction's (cleared with the step queued)
                 else:
-                    for tp, b in batches:  # a later partial batch may join these
+                    for tp, b in batches:  # a later batch may join these
                         self._tails[tp] = (step, b)
                 self._pipeline = fut
                 while self._steps and self._steps[0].done():  # steps end in order
@@ -986,9 +990,13 @@ class Producer:
         until it is sent."""
         rest = []
         with self._qlock:
+            # Not into a step that an earlier failure dooms: a batch sent after the
+            # failure was known goes on (a plain producer's), in a step of its own.
+            doomed = self._pipeline_error is not None
             for tp, b in batches:
                 tail = self._tails.get(tp)
-                if tail is not None and not tail[0].started \
+                if tail is not None and not tail[0].started and not doomed \
+                        and tail[0].step > self._skip_through \
                         and tail[1].nbytes + b.nbytes <= JOIN_BATCHES * self.batch_size:
                     tail[1].join(b)
                     tail[0].nbytes += b.nbytes
