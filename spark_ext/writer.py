@@ -90,6 +90,7 @@ from spark_ext.staging import StagedFile, StageSpec, TopicTarget
 from txlog import layout
 from txlog.errors import ConfigError, SchemaMismatchError
 from txlog.names import validate_id
+from txlog.producer import StagedObject
 from txlog.records import TopicPartition, now_ms
 
 if TYPE_CHECKING:
@@ -459,9 +460,9 @@ def commit_staged(wo: WriteOptions, files: list[StagedFile], txns: Iterable[str]
     try:
         if len(tps) > 1:  # one state-log write registers them all
             producer.add_partitions_to_transaction(tps)
-        for f in order:
-            producer.send_staged(TopicPartition(f.topic, f.partition), f.key, f.rows,
-                                 f.nbytes, f.ts_min, f.ts_max, untimed=f.untimed)
+        producer.send_staged_many([
+            StagedObject(TopicPartition(f.topic, f.partition), f.key, f.rows, f.nbytes,
+                         f.ts_min, f.ts_max, f.untimed) for f in order])
         if app_id is not None and app_version is not None:
             producer.send_app_version(app_id, app_version)
         if wo.send_offsets is not None:

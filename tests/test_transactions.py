@@ -338,3 +338,48 @@ def test_failed_background_completion_is_retried_by_the_next_operation(
     assert read_all(log, "a") == [b"first", b"second"]
     rec = log.coordinator.record("retry")
     assert rec is not None and rec.state == "CompleteCommit"
+
+
+def test_send_staged_many_appends_partitions_at_once_each_in_order(
+        log: txlog.Log, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Spark commit's staged objects: the three partitions' first appends are in flight
+    together (a barrier that sequential appends would never pass), each partition's
+    objects land in the given order, and the returned base offsets are theirs."""
+    import threading
+
+    from txlog.partition_log import PartitionLog
+    from txlog.producer import StagedObject
+    from txlog.records import kafka_table
+
+    staged = []
+    for part in range(3):
+        plog = log.partition_log(TopicPartition("a", part))
+        for j in range(2):
+            table = kafka_table([(None, f"p{part}-{j}".encode(), None, None)] * (j + 1))
+            key, nbytes = plog.write_data(table)
+            staged.append(StagedObject(TopicPartition("a", part), key, j + 1, nbytes))
+    first_appends = threading.Barrier(3, timeout=30)
+    seen: set[int] = set()
+    real = PartitionLog.append
+
+    def append(plog: PartitionLog, spec: AppendSpec) -> object:
+        if spec.data is not None and plog.partition not in seen:
+            seen.add(plog.partition)
+            first_appends.wait()  # raises BrokenBarrierError unless all three meet
+        return real(plog, spec)
+
+    monkeypatch.setattr(PartitionLog, "append", append)
+    p = log.producer(transactional_id="staged")
+    p.init_transactions()
+    p.begin_transaction()
+    bases = p.send_staged_many(staged)
+    p.commit_transaction()
+    p.close()
+    assert bases == [0, 1, 0, 1, 0, 1]
+    c = log.consumer(auto_offset_reset="earliest")
+    for part in range(3):
+        tp = TopicPartition("a", part)
+        c.assign([tp])
+        got = [(r.offset, r.value) for r in c.poll(100)]
+        assert got == [(0, f"p{part}-0".encode()), (1, f"p{part}-1".encode()),
+                       (2, f"p{part}-1".encode())]
