@@ -6,6 +6,9 @@ cd "$(dirname "$0")/.."
 scripts/bootstrap.sh
 export PYSPARK_PYTHON="$PWD/.venv/bin/python"
 export PYSPARK_DRIVER_PYTHON="$PWD/.venv/bin/python"
+# The Azure contract tests run against Azurite, npm-installed into the test cache on
+# first use (about 20 s); TXLOG_TEST_INSTALL_AZURITE=0 skips them instead.
+export TXLOG_TEST_INSTALL_AZURITE="${TXLOG_TEST_INSTALL_AZURITE:-1}"
 echo "== ruff";  .venv/bin/ruff check txlog spark_ext tests scripts
 echo "== mypy";  .venv/bin/mypy
 echo "== pytest"; .venv/bin/python -m pytest "$@"

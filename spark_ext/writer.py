@@ -15,7 +15,8 @@ How a write runs (Spark's Python data source API; DESIGN.md "Spark"):
   never holds any partition's last stable offset back.
 * ``commit(messages)`` (driver side, messages of the successful attempts only, one per
   Spark partition) opens a transactional producer, appends every staged object with
-  ``send_staged`` in a deterministic order (no data is copied), adds the app version or
+  ``send_staged_many`` (each partition's in a deterministic order, different partitions
+  at once; no data is copied), adds the app version or
   consumer offsets that ride along, and commits.  Staged objects no successful attempt
   reported (failed or speculative attempts) are deleted afterwards: the log never
   references them.

@@ -437,26 +437,45 @@ class Producer:
             self.log.partition_log(tp)  # validates topic and partition
             groups.setdefault(tp, []).append(i)
         bases = [0] * len(items)
+        stop = threading.Event()  # one partition failed: the others stop appending
+
+        def append(i: int) -> None:
+            it = items[i]
+            bases[i] = self._append_object(TopicPartition(*it.tp), it.key, it.rows,
+                                           it.nbytes, it.ts_min, it.ts_max, it.untimed)
 
         def one_partition(tp: TopicPartition) -> None:
             for i in groups[tp]:
-                it = items[i]
-                bases[i] = self._append_object(tp, it.key, it.rows, it.nbytes, it.ts_min,
-                                               it.ts_max, it.untimed)
+                if stop.is_set():
+                    return
+                try:
+                    append(i)
+                except BaseException:
+                    stop.set()
+                    raise
 
         def append_all() -> None:
             # Registered first, in one state-log write, not by each thread on its own.
             self._register(list(groups))
             if self.transactional_id is None or len(groups) < 2:
-                for tp in groups:  # sequence numbers of a plain producer: see _append_object
-                    one_partition(tp)
+                # In the given order: a plain producer's appends land as they go.
+                for i in range(len(items)):
+                    append(i)
                 return
             with ThreadPoolExecutor(min(MAX_STAGED_APPENDS, len(groups)),
                                     thread_name_prefix="txlog-staged") as ex:
                 futures = [ex.submit(one_partition, tp) for tp in groups]
                 wait(futures)  # every append has ended before the caller goes on
-            for f in futures:
-                f.result()
+            errors = [e for f in futures if (e := f.exception()) is not None]
+            if errors:
+                # The gravest decides the state (_guard): a fence or an unknown outcome
+                # over an abortable store error; the rest are logged.
+                worst = next((e for e in errors
+                              if not (isinstance(e, TxlogError) and e.abortable)), errors[0])
+                for e in errors:
+                    if e is not worst:
+                        _log.warning("staged append also failed on another partition: %r", e)
+                raise worst
 
         with self._lock:
             self._guard(append_all)
