@@ -459,8 +459,7 @@ def commit_staged(wo: WriteOptions, files: list[StagedFile], txns: Iterable[str]
     lg.refresh_partitions(tps)
     producer.begin_transaction()
     try:
-        if len(tps) > 1:  # one state-log write registers them all
-            producer.add_partitions_to_transaction(tps)
+        # It registers every partition in one state-log write first.
         producer.send_staged_many([
             StagedObject(TopicPartition(f.topic, f.partition), f.key, f.rows, f.nbytes,
                          f.ts_min, f.ts_max, f.untimed) for f in order])
