@@ -718,3 +718,46 @@ def test_store_without_atomic_create_is_refused(url: str) -> None:
         open_store(url)
     with pytest.raises(AtomicCreateUnsupportedError, match="atomic"):
         txlog.connect(url)
+
+
+# -- a bad record fails its own send(), not the batch it would have joined ---------------------
+
+
+@pytest.mark.parametrize("transactional", [False, True])
+def test_bad_record_fails_its_send_not_its_batch(transactional: bool) -> None:
+    log = new_log()
+    log.create_topic("kafka")
+    log.create_topic("typed", schema=pa.schema([pa.field("id", pa.int64(), nullable=False)]))
+    p = log.producer(transactional_id="bad-rec") if transactional else log.producer()
+    if transactional:
+        p.init_transactions()
+        p.begin_transaction()
+    p.send("kafka", b"before", partition=0)
+    p.send("typed", {"id": 1})
+    bad: list[dict[str, Any]] = [
+        {"value": 12345},
+        {"value": b"v", "key": 3.5},
+        {"value": b"v", "headers": [("h", 7)]},
+        {"value": b"v", "timestamp_ms": "yesterday"},
+    ]
+    for kwargs in bad:
+        with pytest.raises(SchemaMismatchError):
+            p.send("kafka", partition=0, **kwargs)
+    with pytest.raises(SchemaMismatchError, match="'id'"):
+        p.send("typed", {"id": "not a number"})
+    p.send("kafka", b"after", key="k", headers={"h": "x"}, timestamp_ms=1.7e12, partition=0)
+    p.send("typed", {"id": 2})
+    if transactional:
+        p.commit_transaction()
+    else:
+        p.flush()
+    p.close()
+    c = log.consumer()
+    c.assign([TopicPartition("kafka", 0), TopicPartition("typed", 0)])
+    c.seek_to_beginning()
+    got = c.poll()
+    kafka = [r for r in got if r.topic == "kafka"]
+    assert [r.value for r in kafka] == [b"before", b"after"]
+    assert kafka[1].key == b"k" and kafka[1].headers == [("h", b"x")]
+    assert kafka[1].timestamp == 1_700_000_000_000
+    assert [r.value for r in got if r.topic == "typed"] == [{"id": 1}, {"id": 2}]

@@ -21,6 +21,7 @@ from txlog.errors import (
     ProducerFencedError,
     TransactionTimeoutError,
 )
+from txlog.fanout import fan_out
 from txlog.model import ABORT, COMMIT
 from txlog.partition_log import AppendSpec
 from txlog.producer_ids import ProducerIdAllocator
@@ -226,10 +227,7 @@ class Coordinator:
         if len(tps) > 1 and self.log.store.backend not in ("local", "memory"):
             # Markers are independent of each other: on a remote store write them in
             # parallel (a 64-partition commit on S3 waited for 64 sequential round trips).
-            from concurrent.futures import ThreadPoolExecutor
-
-            with ThreadPoolExecutor(max_workers=min(16, len(tps))) as ex:
-                list(ex.map(mark, tps))
+            fan_out(mark, tps)
         else:
             for tp in tps:
                 mark(tp)

@@ -14,6 +14,7 @@ import pyarrow as pa
 from txlog import layout
 from txlog.config import load_config, topic_config
 from txlog.errors import CorruptObjectError, StorageError, TopicExistsError, UnknownTopicError
+from txlog.fanout import fan_out
 from txlog.model import new_token
 from txlog.names import CONSUMER_OFFSETS_TOPIC, INTERNAL_TOPICS, validate_topic
 from txlog.partition_log import PartitionLog
@@ -136,8 +137,8 @@ class Log:
         return info
 
     def topic(self, name: str) -> TopicInfo:
-        with self._lock:
-            info = self._topics.get(name)
+        # No lock to read: a dict lookup is atomic, and producers call this per record.
+        info = self._topics.get(name)
         if info is not None:
             return info
         if name == CONSUMER_OFFSETS_TOPIC:
@@ -226,10 +227,7 @@ class Log:
         plogs = [self.partition_log(tp) for tp in tps]
         if len(plogs) < 2 or self.store.backend in ("local", "memory"):
             return [pl.refresh() for pl in plogs]
-        from concurrent.futures import ThreadPoolExecutor
-
-        with ThreadPoolExecutor(max_workers=min(16, len(plogs))) as ex:
-            return list(ex.map(lambda pl: pl.refresh(), plogs))
+        return fan_out(PartitionLog.refresh, plogs)
 
     def partition_log(self, tp: TopicPartition) -> PartitionLog:
         with self._lock:

@@ -11,7 +11,6 @@ import logging
 import threading
 import uuid
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +20,7 @@ import pyarrow.parquet as pq
 from txlog import completions, layout
 from txlog.checkpoint import decode_checkpoint, encode_checkpoint
 from txlog.errors import CorruptObjectError, ObjectNotFoundError
+from txlog.fanout import fan_out
 from txlog.model import CONTROL_KINDS, DATA, Entry, decode_entry
 from txlog.partition_state import PartitionState, ReadSpan
 from txlog.records import has_kafka_fields, now_ms
@@ -157,8 +157,7 @@ class PartitionLog:
             run.append(k)
             expect += 1
         if _parallel(self.store) and len(run) > 1:
-            with ThreadPoolExecutor(max_workers=min(16, len(run))) as ex:
-                raws = list(ex.map(self.store.get, run))
+            raws = fan_out(self.store.get, run)
         else:
             raws = [self.store.get(k) for k in run]
         for k, raw in zip(run, raws, strict=True):
@@ -249,9 +248,8 @@ class PartitionLog:
         once even when several spans (runs of a compacted segment) point into it."""
         keys = list(dict.fromkeys(s.data for s in spans))
         if _parallel(self.store) and len(keys) > 1:
-            with ThreadPoolExecutor(max_workers=min(16, len(keys))) as ex:
-                tables = dict(zip(keys, ex.map(lambda k: self._read_object(k, columns), keys),
-                                  strict=True))
+            tables = dict(zip(keys, fan_out(lambda k: self._read_object(k, columns), keys),
+                              strict=True))
         else:
             tables = {k: self._read_object(k, columns) for k in keys}
         return [self._trim(tables[s.data], s) for s in spans]

@@ -58,7 +58,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pyarrow as pa
 
-from txlog import completions
+from txlog import completions, fanout
 from txlog.config import normalize_key
 from txlog.crashpoints import crashpoint
 from txlog.errors import (
@@ -74,7 +74,15 @@ from txlog.names import CONSUMER_OFFSETS_TOPIC, validate_id
 from txlog.offsets import encode_offset_commits, offsets_partition
 from txlog.partition_log import AppendResult, AppendSpec, PartitionLog
 from txlog.partitioner import RoundRobin, partition_for_key
-from txlog.records import TopicPartition, conform, kafka_table, now_ms, ts_range
+from txlog.records import (
+    CheckedRow,
+    TopicPartition,
+    checked_kafka_batch,
+    checked_row,
+    conform,
+    now_ms,
+    ts_range,
+)
 
 if TYPE_CHECKING:
     from txlog.log import Log
@@ -102,11 +110,12 @@ class RecordMetadata:
 
 @dataclass
 class _PendingBatch:
-    rows: list[tuple[Any, Any, Any, int | None]] = field(default_factory=list)
+    rows: list[CheckedRow] = field(default_factory=list)
     tables: list[pa.Table] = field(default_factory=list)
     nbytes: int = 0
     first_ms: int = 0
     futures: list[SendFuture] = field(default_factory=list)
+    table_rows: int = 0  # rows in ``tables`` (counted once per send, not summed)
     # Set once every future of the batch is resolved (a plain producer's from the start,
     # a transaction's once the batch is queued for writing).
     written: threading.Event | None = None
@@ -114,9 +123,50 @@ class _PendingBatch:
     # (their records follow this batch's; their futures moved to this batch).
     joined: list[_PendingBatch] = field(default_factory=list)
 
+    # The (min, max) of the timestamps in ``tables`` (None: no record there has one),
+    # and whether some record there has none: the log entry's fields.
+    ts_min: int | None = None
+    ts_max: int | None = None
+    untimed: bool = False
+
     def count(self) -> int:
-        return len(self.rows) + sum(t.num_rows for t in self.tables) + \
-            sum(j.count() for j in self.joined)
+        return len(self.rows) + self.table_rows + sum(j.count() for j in self.joined)
+
+    def add_table(self, table: pa.Table, ts: tuple[int | None, int | None, bool]) -> None:
+        """Add records already in the topic's schema, with their ts_range()."""
+        self.tables.append(table)
+        self.table_rows += table.num_rows
+        lo, hi, untimed = ts
+        if not table.num_rows:
+            return
+        if lo is not None and hi is not None:
+            self.ts_min = lo if self.ts_min is None else min(self.ts_min, lo)
+            self.ts_max = hi if self.ts_max is None else max(self.ts_max, hi)
+        self.untimed |= untimed
+
+    def seal(self) -> None:
+        """Turn the records sent one at a time into a table, on the thread that closes
+        the batch (a sender, the linger thread, a commit): building it on a writer
+        thread made the writer wait for the GIL, which the sender holds, at every
+        pyarrow call, and the uploads fell behind (half a writer's time, profiled)."""
+        if self.rows:
+            table, lo, hi = checked_kafka_batch(self.rows)
+            self.add_table(table, (lo, hi, False))
+            self.rows = []
+
+    def ts_range(self) -> tuple[int | None, int | None, bool]:
+        """What records.ts_range() gives for the batch's table, joined batches and all
+        (every part sealed)."""
+        lo = hi = None
+        untimed = False
+        for part in (self, *self.joined):
+            if part.ts_min is not None and part.ts_max is not None:
+                lo = part.ts_min if lo is None else min(lo, part.ts_min)
+                hi = part.ts_max if hi is None else max(hi, part.ts_max)
+            untimed |= part.untimed
+        if lo is None or hi is None:
+            return None, None, True
+        return lo, hi, untimed
 
     def set_written(self) -> None:
         """Wake every get() waiting on this batch, also on a joined batch's own event (a
@@ -233,8 +283,6 @@ QUEUED_BYTES = 8 << 20
 #: one's less or the same, commit_transaction() on SeaweedFS 19-21 instead of 30-38 ms
 #: (p50).
 JOIN_BATCHES = 4
-#: Partitions whose staged objects send_staged_many() appends at once.
-MAX_STAGED_APPENDS = 16
 
 
 class StagedObject(NamedTuple):
@@ -294,6 +342,7 @@ class Producer:
         self._seq: dict[TopicPartition, int] = {}
         self._reset_pid = False  # set after an append of unknown outcome (non-transactional)
         self._rr = RoundRobin()
+        self._tps: dict[str, list[TopicPartition]] = {}  # see _partition_of
         # The last commit, decided, while its markers and CompleteCommit are not all
         # written (see _complete_decided, _complete_into_next and _settle).
         self._completing: _Completion | None = None
@@ -327,6 +376,9 @@ class Producer:
         self._epoch = 0
         self._registered: set[TopicPartition] = set()
         self._error: BaseException | None = None
+        # The state send() needs no further check in (see _check_can_send).
+        self._sending_state = State.READY if transactional_id is None else \
+            State.IN_TRANSACTION
         if transactional_id is None:
             self.state = State.READY
             if self.idempotent:
@@ -463,11 +515,8 @@ class Producer:
                 for i in range(len(items)):
                     append(i)
                 return
-            with ThreadPoolExecutor(min(MAX_STAGED_APPENDS, len(groups)),
-                                    thread_name_prefix="txlog-staged") as ex:
-                futures = [ex.submit(one_partition, tp) for tp in groups]
-                wait(futures)  # every append has ended before the caller goes on
-            errors = [e for f in futures if (e := f.exception()) is not None]
+            # Every append has ended before the caller goes on.
+            errors = [e for e in fanout.errors(one_partition, list(groups)) if e is not None]
             if errors:
                 # The gravest decides the state (_guard): a fence or an unknown outcome
                 # over an abortable store error; the rest are logged.
@@ -557,6 +606,8 @@ class Producer:
         self._reap_pipeline()
         self._check_can_end()
         with self._lock:
+            for b in self._pending.values():
+                b.seal()
             batches = self._join_queued(list(self._pending.items()))
             self._pending.clear()
         # Queue first: this transaction's objects upload while the last commit is still
@@ -878,7 +929,11 @@ class Producer:
              partition: int | None = None, headers: Any = None,
              timestamp_ms: int | None = None) -> SendFuture:
         """Queue one record; returns a future whose offset is known after flush()."""
-        self._check_can_send()
+        # Called once per record: the common case avoids every call and allocation it
+        # can (profiled: a sum over an empty generator, a lock in Log.topic() and a
+        # new TopicPartition per record were a third of the producer's GIL time).
+        if self.state is not self._sending_state:
+            self._check_can_send()
         info = self._topic_info(topic)
         if not info.kafka_shaped:
             if not isinstance(value, Mapping):
@@ -887,17 +942,15 @@ class Producer:
                     "use send_batch() with an Arrow table")
             return self._queue_table(topic, pa.Table.from_pylist([dict(value)]), partition,
                                      key)
-        kb = key.encode() if isinstance(key, str) else key
-        p = self._choose_partition(topic, info.partitions, partition, kb)
-        tp = TopicPartition(topic, p)
-        row = (key, value, headers, timestamp_ms)
-        size = (len(kb) if kb else 0) + (len(value) if isinstance(value, (bytes, str)) else 8)
+        row = checked_row(key, value, headers, timestamp_ms)
+        kb, vb = row[0], row[1]
+        tp = self._partition_of(topic, info.partitions, partition, kb)
+        size = (len(kb) if kb else 0) + (len(vb) if vb else 0)
         with self._lock:
             batch = self._pending.get(tp)
             if batch is None:
                 batch = self._pending[tp] = self._new_batch()
-            fut = SendFuture(tp, len(batch.rows) + sum(t.num_rows for t in batch.tables),
-                             batch.written)
+            fut = SendFuture(tp, len(batch.rows) + batch.table_rows, batch.written)
             batch.rows.append(row)
             batch.nbytes += size + 16
             batch.futures.append(fut)
@@ -909,32 +962,40 @@ class Producer:
         """Queue an Arrow table of records (columns of the topic, or key/value/headers/
         timestamp for Kafka-shaped topics) for one partition."""
         self._check_can_send()
-        info = self._topic_info(topic)
+        self._topic_info(topic)  # an unknown topic fails the open transaction
         if not isinstance(table, pa.Table):
             raise TypeError("send_batch() takes a pyarrow.Table")
-        conform(table, info.schema, topic, kafka_shaped=info.kafka_shaped)  # fail early
         self._queue_table(topic, table, partition, None)
         return None
 
     def _queue_table(self, topic: str, table: pa.Table, partition: int | None,
                      key: Any) -> SendFuture:
+        """Queue ``table`` (checked here: a bad table fails this call, not its batch)."""
         info = self.log.topic(topic)
+        table = conform(table, info.schema, topic, kafka_shaped=info.kafka_shaped)
+        ts = ts_range(table)
         kb = key.encode() if isinstance(key, str) else key
-        p = self._choose_partition(topic, info.partitions, partition, kb)
-        tp = TopicPartition(topic, p)
+        tp = self._partition_of(topic, info.partitions, partition, kb)
         with self._lock:
             batch = self._pending.get(tp)
             if batch is None:
                 batch = self._pending[tp] = self._new_batch()
-            if batch.rows:
-                batch.tables.append(self._rows_table(tp, batch.rows))
-                batch.rows = []
-            fut = SendFuture(tp, sum(t.num_rows for t in batch.tables), batch.written)
-            batch.tables.append(table)
+            batch.seal()  # records sent one at a time before it come first
+            fut = SendFuture(tp, batch.table_rows, batch.written)
+            batch.add_table(table, ts)
             batch.nbytes += table.nbytes
             batch.futures.append(fut)
             self._maybe_flush(tp, batch)
         return fut
+
+    def _partition_of(self, topic: str, n: int, partition: int | None,
+                      key: bytes | None) -> TopicPartition:
+        """The record's TopicPartition, one shared object per partition."""
+        p = self._choose_partition(topic, n, partition, key)
+        tps = self._tps.get(topic)
+        if tps is None or len(tps) != n:  # a topic deleted and made again may differ
+            tps = self._tps[topic] = [TopicPartition(topic, i) for i in range(n)]
+        return tps[p]
 
     def _choose_partition(self, topic: str, n: int, partition: int | None,
                           key: bytes | None) -> int:
@@ -992,13 +1053,14 @@ class Producer:
                     self._linger_error = exc
 
     def _maybe_flush(self, tp: TopicPartition, batch: _PendingBatch) -> None:
-        now = now_ms()
         if batch.nbytes >= self.batch_size:
             # Batches past linger go with it, as Kafka's sender drains every ready batch:
             # while full ones keep the writes busy, a quiet partition's would wait on.
+            now = now_ms()
             self._flush_partitions([tp] + [t for t, b in self._pending.items()
                                            if t != tp and now - b.first_ms >= self.linger_ms])
-        elif now - batch.first_ms >= self.linger_ms and self._writes_idle():
+        elif self._queued_steps < MAX_UPLOADS and now_ms() - batch.first_ms >= self.linger_ms:
+            # (_writes_idle() inlined, and the clock read only then: once per record)
             self._flush_partitions([tp])
 
     def _writes_idle(self) -> bool:
@@ -1025,7 +1087,10 @@ class Producer:
         tps = [tp for tp in tps if tp in self._pending]
         if not tps:
             return
-        batches = self._join_queued([(tp, self._pending.pop(tp)) for tp in tps])
+        taken = [(tp, self._pending.pop(tp)) for tp in tps]
+        for _, b in taken:
+            b.seal()
+        batches = self._join_queued(taken)
         # Written in the background, as Kafka's sender thread does: the caller goes on
         # queueing records while the objects upload and the committer appends their
         # entries in order.  A transaction's writes wait for nothing but its commit.
@@ -1091,10 +1156,10 @@ class Producer:
                 if (tail := self._tails.get(tp)) is not None and tail[0] is step:
                     del self._tails[tp]
         batches = step.batches
-        tables = [self._conformed(tp, b) for tp, b in batches]
+        tables = [self._joined_table(b) for _, b in batches]
         items = [(tp, t) for (tp, _), t in zip(batches, tables, strict=True)]
-        return [_Written(key, nbytes, t.num_rows, *ts_range(t)) for t, (key, nbytes) in
-                zip(tables, self._write_objects(items), strict=True)]
+        return [_Written(key, nbytes, t.num_rows, *b.ts_range()) for t, (_, b), (key, nbytes)
+                in zip(tables, batches, self._write_objects(items), strict=True)]
 
     def _write_batches(self, batches: list[tuple[TopicPartition, _PendingBatch]],
                        uploaded: Uploaded | None) -> None:
@@ -1134,19 +1199,12 @@ class Producer:
                 f._done(base)
             batch.set_written()
 
-    def _conformed(self, tp: TopicPartition, batch: _PendingBatch) -> pa.Table:
-        """A pending batch as one table of the topic's schema."""
-        info = self.log.topic(tp.topic)
-        tables = []
-        for part in (batch, *batch.joined):
-            tables.extend(part.tables)
-            if part.rows:
-                tables.append(self._rows_table(tp, part.rows))
-        if len(tables) > 1:  # pieces may differ (null-typed or missing columns)
-            tables = [conform(t, info.schema, tp.topic, kafka_shaped=info.kafka_shaped)
-                      for t in tables]
-        table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
-        return conform(table, info.schema, tp.topic, kafka_shaped=info.kafka_shaped)
+    @staticmethod
+    def _joined_table(batch: _PendingBatch) -> pa.Table:
+        """A sealed batch, joined batches and all, as one table (every part is in the
+        topic's schema already)."""
+        tables = [t for part in (batch, *batch.joined) for t in part.tables]
+        return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
 
     def _discard_keys(self, tps: list[TopicPartition], keys: list[str]) -> None:
         """Delete batch objects that were never made appendable: no log entry names them
@@ -1168,9 +1226,6 @@ class Producer:
             for f in b.futures:
                 f._fail(exc)
             b.set_written()
-
-    def _rows_table(self, tp: TopicPartition, rows: list[Any]) -> pa.Table:
-        return kafka_table(rows)
 
     def _register(self, tps: list[TopicPartition]) -> None:
         # Every write of the caller's thread registers first: here it waits for the

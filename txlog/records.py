@@ -52,21 +52,51 @@ def _as_bytes(x: Any, what: str) -> bytes | None:
     raise SchemaMismatchError(f"{what} must be bytes, str or None, not {type(x).__name__}")
 
 
-def kafka_table(rows: Sequence[tuple[Any, Any, Any, int | None]]) -> pa.Table:
+#: One Kafka-shaped record, checked: key and value bytes or None, headers as
+#: HEADER_TYPE's dicts or None, the timestamp an int or None (the batch's time).
+CheckedRow = tuple[bytes | None, bytes | None, list[dict[str, Any]] | None, int | None]
+
+
+def checked_row(key: Any, value: Any, headers: Any, timestamp_ms: Any) -> CheckedRow:
+    """A record as :func:`checked_kafka_table` takes it.  Bad input fails here, in the
+    call that gave it, instead of failing the batch it would have joined."""
+    if key is not None and key.__class__ is not bytes:
+        key = _as_bytes(key, "key")
+    if value.__class__ is not bytes:
+        value = _as_bytes(value, "value")
+    if headers is not None:
+        headers = [{"key": str(k), "value": _as_bytes(v, "header value")}
+                   for k, v in _header_items(headers)]
+    if timestamp_ms is not None and timestamp_ms.__class__ is not int:
+        try:
+            timestamp_ms = int(timestamp_ms)
+        except (TypeError, ValueError):
+            raise SchemaMismatchError(
+                f"timestamp_ms must be milliseconds since the epoch (an int) or None, not "
+                f"{timestamp_ms!r}") from None
+    return key, value, headers, timestamp_ms
+
+
+def checked_kafka_batch(rows: Sequence[CheckedRow]) -> tuple[pa.Table, int, int]:
+    """A Kafka-shaped table of :func:`checked_row` rows (records without a timestamp get
+    the time of this call), with the (min, max) of its timestamps."""
+    if not rows:
+        raise ValueError("no rows")
+    keys, values, headers, ts = zip(*rows, strict=True)
+    if None in ts:
+        now = now_ms()
+        ts = tuple(now if t is None else t for t in ts)
+    table = pa.table([pa.array(keys, pa.binary()), pa.array(values, pa.binary()),
+                      pa.array(headers, HEADER_TYPE),
+                      pa.array(ts, pa.timestamp("ms", tz="UTC"))], schema=KAFKA_SCHEMA)
+    return table, min(ts), max(ts)
+
+
+def kafka_table(rows: Sequence[tuple[Any, Any, Any, Any]]) -> pa.Table:
     """Build a Kafka-shaped table from (key, value, headers, timestamp_ms) tuples."""
-    now = now_ms()
-    keys = [_as_bytes(r[0], "key") for r in rows]
-    values = [_as_bytes(r[1], "value") for r in rows]
-    headers = [
-        None if r[2] is None else [
-            {"key": str(k), "value": _as_bytes(v, "header value")} for k, v in _header_items(r[2])
-        ]
-        for r in rows
-    ]
-    ts = [now if r[3] is None else int(r[3]) for r in rows]
-    return pa.table([pa.array(keys, pa.binary()), pa.array(values, pa.binary()),
-                     pa.array(headers, HEADER_TYPE), pa.array(ts, pa.timestamp("ms", tz="UTC"))],
-                    schema=KAFKA_SCHEMA)
+    if not rows:
+        return KAFKA_SCHEMA.empty_table()
+    return checked_kafka_batch([checked_row(*r) for r in rows])[0]
 
 
 def _header_items(h: Any) -> Iterable[tuple[str, Any]]:
