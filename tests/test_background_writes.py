@@ -381,3 +381,50 @@ def test_a_joined_plain_batch_wakes_get_waiting_on_its_own_event(
     assert own_event.is_set()
     assert small.get(0).offset == 3
     p.close()
+
+
+def test_writes_in_flight_are_bounded_and_later_batches_join_meanwhile(
+        log: txlog.Log, monkeypatch: pytest.MonkeyPatch, gates: list[UploadGate]) -> None:
+    """While three writes are between the start of their upload and the end of their
+    entry's append (the committer is held), the next write does not start uploading:
+    it keeps taking later batches, and lands as one object after the three."""
+    appends_go, appending = threading.Event(), threading.Event()
+    real_append = PartitionLog.append
+
+    def append(plog: PartitionLog, spec: Any) -> Any:
+        appending.set()
+        assert appends_go.wait(60), "test never released the appends"
+        return real_append(plog, spec)
+
+    monkeypatch.setattr(PartitionLog, "append", append)
+    uploaded = threading.Condition()
+    finished = [0]
+    real_write_step = producer_mod.Producer._write_step
+
+    def write_step(self: Any, step: Any, fut: Any) -> None:
+        real_write_step(self, step, fut)
+        with uploaded:
+            finished[0] += 1
+            uploaded.notify_all()
+
+    monkeypatch.setattr(producer_mod.Producer, "_write_step", write_step)
+    gate = UploadGate(monkeypatch)
+    gates.append(gate)
+    p = log.producer(batch_size=300, linger_ms=60_000)
+    values = [f"v{i}".encode() * 160 for i in range(8)]  # each one full batch
+    # Writes 0 and 1 upload (held); write 2 waits for a writer and takes batches 3 and 4
+    # (four batch sizes at most); write 3 starts with batch 5 and takes batch 6.
+    futures = gate.send_behind_two(p, values[:7])
+    gate.open()
+    with uploaded:
+        assert uploaded.wait_for(lambda: finished[0] == 3, 60), "uploads never ended"
+    assert appending.wait(60)
+    assert producer_mod.MAX_IN_FLIGHT == 3 and gate.calls == 3  # write 3 waits
+    futures.append(p.send("a", values[7], partition=0))  # still joins write 3
+    appends_go.set()
+    p.flush()
+    assert gate.calls == 4
+    assert read_all(log, "a", "read_uncommitted") == values
+    assert [f.get().offset for f in futures] == list(range(8))
+    assert p.log.partition_log(TopicPartition("a", 0)).refresh().next_slot == 4
+    p.close()

@@ -125,15 +125,17 @@ def test_a_commit_that_could_not_be_queued_cannot_be_retried(
     p.send("a", b"first", partition=0)
     p.flush()
     lost = p.send("a", b"lost", partition=1)
-    real_upload = p._upload
+    committer = p._committer
+    assert committer is not None
+    real_submit = committer.submit
     fails = [RuntimeError("cannot schedule new futures after shutdown")]
 
-    def upload(step: Any) -> Any:
+    def submit(*args: Any, **kwargs: Any) -> Any:
         if fails:
             raise fails.pop()
-        return real_upload(step)
+        return real_submit(*args, **kwargs)
 
-    monkeypatch.setattr(p, "_upload", upload)
+    monkeypatch.setattr(committer, "submit", submit)
     with pytest.raises(RuntimeError):
         p.commit_transaction()
     with pytest.raises(RuntimeError):

@@ -25,6 +25,8 @@ DEFAULTS: dict[str, tuple[Any, type, str]] = {
     "num.partitions": (1, int, "default partitions of a new topic"),
     "batch.size": (1_048_576, int, "producer: flush a partition's batch at this many bytes"),
     "linger.ms": (5, int, "producer: flush a partition's batch this long after its first record"),
+    "buffer.memory": (33_554_432, int, "producer: bytes of batches queued for writing before "
+                                       "send() waits for the oldest (at least two batches)"),
     "enable.idempotence": (True, bool, "producer: per-partition sequence numbers"),
     "retries": (5, int, "producer: retries of an append whose outcome is unknown"),
     "checkpoint.interval.batches": (1000, int, "write a partition checkpoint every N batches"),
