@@ -103,3 +103,4 @@ def test_forked_child_gets_a_pool_of_its_own() -> None:
             os._exit(code)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
