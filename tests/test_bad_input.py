@@ -46,6 +46,7 @@ from txlog.errors import (
     ConfigError,
     CorruptObjectError,
     InvalidNameError,
+    InvalidTxnStateError,
     SchemaMismatchError,
     TxlogError,
     UnknownTopicError,
@@ -739,6 +740,7 @@ def test_bad_record_fails_its_send_not_its_batch(transactional: bool) -> None:
         {"value": b"v", "key": 3.5},
         {"value": b"v", "headers": [("h", 7)]},
         {"value": b"v", "timestamp_ms": "yesterday"},
+        {"value": b"v", "timestamp_ms": 2**64},  # Arrow's timestamps are 64-bit
     ]
     for kwargs in bad:
         with pytest.raises(SchemaMismatchError):
@@ -761,3 +763,50 @@ def test_bad_record_fails_its_send_not_its_batch(transactional: bool) -> None:
     assert kafka[1].key == b"k" and kafka[1].headers == [("h", b"x")]
     assert kafka[1].timestamp == 1_700_000_000_000
     assert [r.value for r in got if r.topic == "typed"] == [{"id": 1}, {"id": 2}]
+
+
+def test_a_batch_that_cannot_be_sealed_fails_and_is_not_lost(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """send() checks every record, so turning a batch into Arrow should not fail; if it
+    does all the same, that batch fails (its futures, an open transaction), and no other
+    batch is dropped unresolved."""
+    from txlog import producer as producer_mod
+
+    real = producer_mod.checked_kafka_batch
+
+    def seal(rows: Any) -> Any:
+        if any(r[1] == b"poison" for r in rows):
+            raise MemoryError("injected: cannot build the batch")
+        return real(rows)
+
+    monkeypatch.setattr(producer_mod, "checked_kafka_batch", seal)
+    log = new_log()
+    log.create_topic("t", partitions=2)
+    plain = log.producer(linger_ms=3_600_000)
+    good = plain.send("t", b"good", partition=1)
+    bad = plain.send("t", b"poison", partition=0)
+    with pytest.raises(MemoryError):
+        plain.flush()
+    assert good.get(60).offset == 0
+    with pytest.raises(MemoryError):
+        bad.get(60)
+    plain.close()
+
+    txn = log.producer(transactional_id="seal-fails", linger_ms=3_600_000)
+    txn.init_transactions()
+    txn.begin_transaction()
+    txn.send("t", b"kept?", partition=1)
+    txn.send("t", b"poison", partition=0)
+    with pytest.raises(MemoryError):
+        txn.commit_transaction()
+    with pytest.raises(InvalidTxnStateError):
+        txn.commit_transaction()  # the transaction lost a batch: it can only abort
+    txn.abort_transaction()
+    txn.begin_transaction()
+    txn.send("t", b"after", partition=1)
+    txn.commit_transaction()
+    txn.close()
+    c = log.consumer()
+    c.assign([TopicPartition("t", 0), TopicPartition("t", 1)])
+    c.seek_to_beginning()
+    assert sorted(r.value for r in c.poll()) == [b"after", b"good"]

@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
 
 import pytest
 
@@ -104,3 +105,33 @@ def test_forked_child_gets_a_pool_of_its_own() -> None:
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
 
+
+
+def test_interrupt_while_waiting_still_waits_for_the_running_call(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C while the caller waits for a call a worker runs: fan_out() raises it, but
+    only once that call has ended (as a ``with ThreadPoolExecutor`` block waits)."""
+    running, release, ended = threading.Event(), threading.Event(), threading.Event()
+    caller = threading.current_thread()
+
+    def fn(x: int) -> None:
+        if x == 0:  # the caller's own item: go on once item 1 runs on a worker
+            assert running.wait(60)
+            return
+        running.set()
+        assert release.wait(60)
+        ended.set()
+
+    real = Future.result
+    interrupts = [KeyboardInterrupt()]
+
+    def result(self: Future[Any], timeout: float | None = None) -> Any:
+        if threading.current_thread() is caller and interrupts:
+            release.set()  # the call ends after the interrupt, not before
+            raise interrupts.pop()
+        return real(self, timeout)
+
+    monkeypatch.setattr(Future, "result", result)
+    with pytest.raises(KeyboardInterrupt):
+        fanout.fan_out(fn, [0, 1])
+    assert ended.is_set(), "fan_out returned while one of its calls was still running"

@@ -15,7 +15,7 @@ import os
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TypeVar, cast
+from typing import Any, TypeVar, cast
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -76,12 +76,24 @@ def _run(fn: Callable[[T], R], items: Sequence[T]) -> list[tuple[R | None, BaseE
             got.append((None, interrupt) if interrupt is not None else _call(fn, x))
             interrupt = interrupt or _interrupt(got[-1])
             continue
-        try:
-            got.append((fut.result(), None))
-        except BaseException as exc:  # its error, or Ctrl-C while waiting for it
-            got.append((None, exc))
-            interrupt = interrupt or _interrupt(got[-1])
+        got.append(_wait(fut))
+        interrupt = interrupt or _interrupt(got[-1])
     return got
+
+
+def _wait(fut: Future[Any]) -> tuple[Any, BaseException | None]:
+    """The call's outcome once it has ended: Ctrl-C while waiting does not leave it
+    running behind the caller's back (it is reported as the call's outcome)."""
+    interrupt: BaseException | None = None
+    while True:
+        try:
+            value = fut.result()
+        except BaseException as exc:
+            if not fut.done():  # interrupted while waiting: the call goes on
+                interrupt = interrupt or exc
+                continue
+            return None, interrupt or exc
+        return (value, None) if interrupt is None else (None, interrupt)
 
 
 def _interrupt(outcome: tuple[object, BaseException | None]) -> BaseException | None:

@@ -372,6 +372,7 @@ class Producer:
         self._to_upload: collections.deque[_Upload] = collections.deque()
         self._in_flight = 0
         self._uploading = 0
+        self._closed_through = 0  # the last queued commit's step: no joins up to it
         # Each partition's last queued batch, with its step (see _join_queued).
         self._tails: dict[TopicPartition, tuple[_Upload, _PendingBatch]] = {}
         self._step_ids = 0  # the last queued step's number
@@ -617,8 +618,7 @@ class Producer:
         self._reap_pipeline()
         self._check_can_end()
         with self._lock:
-            for b in self._pending.values():
-                b.seal()
+            self._seal_pending(list(self._pending))  # raises: nothing is committed
             batches = self._join_queued(list(self._pending.items()))
             self._pending.clear()
         # Queue first: this transaction's objects upload while the last commit is still
@@ -752,6 +752,7 @@ class Producer:
                                              uploaded, self._step_ids, outcome)
                 if outcome is not None:  # a commit: later batches never join this
                     self._tails.clear()  # transaction's (cleared with the step queued)
+                    self._closed_through = step.step
                 else:
                     for tp, b in batches:  # a later batch may join these
                         self._tails[tp] = (step, b)
@@ -1113,16 +1114,44 @@ class Producer:
         tps = [tp for tp in tps if tp in self._pending]
         if not tps:
             return
-        taken = [(tp, self._pending.pop(tp)) for tp in tps]
-        for _, b in taken:
-            b.seal()
-        batches = self._join_queued(taken)
+        failed: Exception | None = None
+        try:
+            self._seal_pending(tps)
+        except Exception as exc:  # that batch failed; the others are written
+            failed = exc
+        batches = self._join_queued([(tp, self._pending.pop(tp)) for tp in tps
+                                     if tp in self._pending])
         # Written in the background, as Kafka's sender thread does: the caller goes on
         # queueing records while the objects upload and the committer appends their
         # entries in order.  A transaction's writes wait for nothing but its commit.
         if batches:
             self._queue(self._write_batches, batches)
+        if failed is not None:
+            raise failed
         self._backpressure()
+
+    def _seal_pending(self, tps: list[TopicPartition]) -> None:
+        """Seal these partitions' pending batches (the caller holds ``_lock``).  send()
+        checked every record, so this should not fail; if a batch cannot be sealed all
+        the same, it fails (its futures get the error, and it leaves ``_pending``) and so
+        does an open transaction, instead of being lost unnoticed; then this raises."""
+        failed: BaseException | None = None
+        for tp in tps:
+            batch = self._pending[tp]
+            try:
+                batch.seal()
+            except Exception as exc:
+                del self._pending[tp]
+                self._fail_batches([batch], exc)
+                failed = failed or exc
+        if failed is None:
+            return
+        if self.transactional_id is not None:
+            with self._qlock:
+                if self.state == State.IN_TRANSACTION:
+                    self.state = State.ABORTABLE_ERROR
+                    self._error = failed
+        raise failed
 
     def _backpressure(self) -> None:
         """Wait for the oldest queued steps while too much is queued: queued batches hold
@@ -1145,8 +1174,11 @@ class Producer:
         commit in flight; but a step that waits here still takes its partition's later
         batches, so behind slow uploads or a slow committer one object and one entry
         carry several batches."""
-        while self._to_upload and self._uploading < MAX_UPLOADS and \
-                self._in_flight < MAX_IN_FLIGHT:
+        while self._to_upload and self._uploading < MAX_UPLOADS and (
+                self._in_flight < MAX_IN_FLIGHT
+                # A step a commit was queued behind takes no more batches: holding it
+                # back would only make the commit wait.
+                or self._to_upload[0].step <= self._closed_through):
             step = self._to_upload.popleft()
             step.started = True  # no batch joins from here on
             for tp, _ in step.batches:

@@ -67,14 +67,22 @@ def checked_row(key: Any, value: Any, headers: Any, timestamp_ms: Any) -> Checke
     if headers is not None:
         headers = [{"key": str(k), "value": _as_bytes(v, "header value")}
                    for k, v in _header_items(headers)]
-    if timestamp_ms is not None and timestamp_ms.__class__ is not int:
+    if timestamp_ms is not None:
+        ts = timestamp_ms
         try:
-            timestamp_ms = int(timestamp_ms)
-        except (TypeError, ValueError):
+            if ts.__class__ is not int:
+                ts = int(ts)
+            if not _MIN_MS <= ts <= _MAX_MS:  # Arrow's timestamp is an int64
+                raise ValueError
+        except (TypeError, ValueError, OverflowError):
             raise SchemaMismatchError(
-                f"timestamp_ms must be milliseconds since the epoch (an int) or None, not "
-                f"{timestamp_ms!r}") from None
+                f"timestamp_ms must be milliseconds since the epoch (a 64-bit int) or None, "
+                f"not {timestamp_ms!r}") from None
+        timestamp_ms = ts
     return key, value, headers, timestamp_ms
+
+
+_MIN_MS, _MAX_MS = -(1 << 63), (1 << 63) - 1
 
 
 def checked_kafka_batch(rows: Sequence[CheckedRow]) -> tuple[pa.Table, int, int]:
