@@ -135,3 +135,31 @@ def test_interrupt_while_waiting_still_waits_for_the_running_call(
     with pytest.raises(KeyboardInterrupt):
         fanout.fan_out(fn, [0, 1])
     assert ended.is_set(), "fan_out returned while one of its calls was still running"
+
+
+def test_a_second_interrupt_leaves_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A call that hangs must not hold the caller forever: the second Ctrl-C leaves."""
+    running, release = threading.Event(), threading.Event()
+    caller = threading.current_thread()
+
+    def fn(x: int) -> None:
+        if x == 0:
+            assert running.wait(60)
+            return
+        running.set()
+        assert release.wait(60)
+
+    real = Future.result
+    interrupts = [KeyboardInterrupt("second"), KeyboardInterrupt("first")]
+
+    def result(self: Future[Any], timeout: float | None = None) -> Any:
+        if threading.current_thread() is caller and interrupts:
+            raise interrupts.pop()
+        return real(self, timeout)
+
+    monkeypatch.setattr(Future, "result", result)
+    try:
+        with pytest.raises(KeyboardInterrupt, match="second"):
+            fanout.fan_out(fn, [0, 1])
+    finally:
+        release.set()

@@ -83,14 +83,17 @@ def _run(fn: Callable[[T], R], items: Sequence[T]) -> list[tuple[R | None, BaseE
 
 def _wait(fut: Future[Any]) -> tuple[Any, BaseException | None]:
     """The call's outcome once it has ended: Ctrl-C while waiting does not leave it
-    running behind the caller's back (it is reported as the call's outcome)."""
+    running behind the caller's back (it is reported as the call's outcome); a second
+    Ctrl-C leaves at once (a request that hangs must not hold the caller forever)."""
     interrupt: BaseException | None = None
     while True:
         try:
             value = fut.result()
         except BaseException as exc:
             if not fut.done():  # interrupted while waiting: the call goes on
-                interrupt = interrupt or exc
+                if interrupt is not None:
+                    raise
+                interrupt = exc
                 continue
             return None, interrupt or exc
         return (value, None) if interrupt is None else (None, interrupt)

@@ -618,6 +618,7 @@ class Producer:
         self._reap_pipeline()
         self._check_can_end()
         with self._lock:
+            self._check_can_end()  # again: a send may have failed the transaction meanwhile
             self._seal_pending(list(self._pending))  # raises: nothing is committed
             batches = self._join_queued(list(self._pending.items()))
             self._pending.clear()
@@ -1126,8 +1127,12 @@ class Producer:
         # entries in order.  A transaction's writes wait for nothing but its commit.
         if batches:
             self._queue(self._write_batches, batches)
-        if failed is not None:
-            raise failed
+        if failed is not None and self.transactional_id is None:
+            # The failed batch's futures carry it, and the next flush() raises it (a
+            # transaction's state does): the caller's own record may be queued, so
+            # send() must not raise.
+            with self._qlock:
+                self._linger_error = self._linger_error or failed
         self._backpressure()
 
     def _seal_pending(self, tps: list[TopicPartition]) -> None:

@@ -65,7 +65,7 @@ def checked_row(key: Any, value: Any, headers: Any, timestamp_ms: Any) -> Checke
     if value.__class__ is not bytes:
         value = _as_bytes(value, "value")
     if headers is not None:
-        headers = [{"key": str(k), "value": _as_bytes(v, "header value")}
+        headers = [{"key": _header_key(k), "value": _as_bytes(v, "header value")}
                    for k, v in _header_items(headers)]
     if timestamp_ms is not None:
         ts = timestamp_ms
@@ -80,6 +80,15 @@ def checked_row(key: Any, value: Any, headers: Any, timestamp_ms: Any) -> Checke
                 f"not {timestamp_ms!r}") from None
         timestamp_ms = ts
     return key, value, headers, timestamp_ms
+
+
+def _header_key(k: Any) -> str:
+    k = str(k)
+    try:
+        k.encode()
+    except UnicodeEncodeError:
+        raise SchemaMismatchError(f"header key {k!r} is not valid UTF-8") from None
+    return k
 
 
 _MIN_MS, _MAX_MS = -(1 << 63), (1 << 63) - 1
