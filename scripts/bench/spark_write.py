@@ -88,10 +88,17 @@ def commit_requests(work: Path, partitions: int) -> dict[str, Any]:
             "requests": sum(steady.values()), "by_kind": steady}
 
 
+#: Rounds of every writer before the measured ones: a single one left the JIT still
+#: speeding both Parquet writers up through the first measured rounds.
+WARMUP = 3
+
+
 def main() -> None:
-    args = C.parse_args(__doc__.splitlines()[0], stores=False, extra=lambda p: p.add_argument(
-        "--records", type=int, default=None,
-        help="records (default: tiny 50,000, small 1,000,000, full 5,000,000)"))
+    def extra(p: Any) -> None:
+        p.add_argument("--records", type=int, default=None,
+                       help="records (default: tiny 50,000, small 1,000,000, full 5,000,000)")
+
+    args = C.parse_args(__doc__.splitlines()[0], stores=False, extra=extra)
     records = args.records or C.pick(args.mode, 50_000, 1_000_000, 5_000_000)
     # Seven rounds in --small too: parquet's own CPU per 1M rows moved 1.3-2.3 s between
     # runs, and a median of three followed it.
@@ -150,15 +157,18 @@ def run(mode: str, records: int, rounds: int, work: Path) -> None:
 
     variants = {"jvm": write_jvm, "jvm_fsync": write_jvm_fsync, "python": write_python,
                 "parquet": write_parquet}
-    for name, fn in variants.items():  # warm-up: JIT, Python workers
-        C.progress(f"warm-up {name}")
-        fn(-1)
+    for w in range(WARMUP):  # the JIT and the Python workers: rounds sped up for a while
+        for name, fn in variants.items():
+            C.progress(f"warm-up {w + 1}/{WARMUP} {name}")
+            fn(-1 - w)
     out_dir = {"jvm": urls["unsynced"], "jvm_fsync": urls["synced"], "python": urls["synced"]}
     times: dict[str, list[float]] = {n: [] for n in variants}
     cpus: dict[str, list[float]] = {n: [] for n in variants}
     sizes: dict[str, int] = {}
     for r in range(rounds):
-        for name, fn in variants.items():
+        # Order flipped every round: no writer always follows the same one.
+        order = list(variants.items()) if r % 2 == 0 else list(variants.items())[::-1]
+        for name, fn in order:
             before = dir_bytes(Path(out_dir[name])) if name in out_dir else 0
             cpu0 = C.tree_cpu_seconds()
             with C.Timer() as t:
@@ -174,20 +184,25 @@ def run(mode: str, records: int, rounds: int, work: Path) -> None:
         check = txlog.connect(url)
         hw = sum(check.partition_log(tp).refresh().high_watermark
                  for tp in check.partitions_for("bench"))
-        written = records * (rounds + 1) * writers
+        written = records * (rounds + WARMUP) * writers
         assert hw >= written, (url, hw, written)
 
     rate = {n: records / C.median(times[n]) for n in variants}
-    ratio = C.ratio(rate["jvm"], rate["parquet"])
     cpu = {n: C.median(cpus[n]) for n in variants}
-    cpu_ratio = C.ratio(cpu["parquet"], cpu["jvm"])
-    py_ratio = C.ratio(rate["python"], rate["parquet"])
-    fsync_ratio = C.ratio(rate["jvm_fsync"], rate["parquet"])
-    fsync_cpu_ratio = C.ratio(cpu["parquet"], cpu["jvm_fsync"])
-    rows = [[n, C.median(times[n]), rate[n], C.ratio(rate[n], rate["parquet"]), cpu[n],
-             C.ratio(cpu["parquet"], cpu[n]), sizes[n] / 1e6] for n in variants]
+
+    def paired(of: dict[str, list[float]], n: str) -> float:
+        """The median of the rounds' ratios (parquet's seconds over the writer's): each
+        round's writes ran back to back, so the machine's drift cancels out."""
+        return C.median([C.ratio(p, x) for p, x in zip(of["parquet"], of[n], strict=True)])
+
+    ratio, cpu_ratio = paired(times, "jvm"), paired(cpus, "jvm")
+    py_ratio = paired(times, "python")
+    fsync_ratio, fsync_cpu_ratio = paired(times, "jvm_fsync"), paired(cpus, "jvm_fsync")
+    rows = [[n, C.median(times[n]), rate[n], paired(times, n), cpu[n], paired(cpus, n),
+             sizes[n] / 1e6] for n in variants]
     C.print_table(f"Spark write, {records:,} records, {VALUE_SIZE}-byte values, topic of "
-                  f"{PARTITIONS} partitions, local[2], median of {rounds} (jvm: fsync off, "
+                  f"{PARTITIONS} partitions, local[2], median of {rounds} (ratios: of the "
+                  "rounds' ratios; jvm: fsync off, "
                   "as parquet; jvm_fsync and python: txlog's default fsync)",
                   ["writer", "seconds", "rows/s", "vs parquet", "CPU s", "CPU vs parquet",
                    "MB"], rows)
