@@ -48,7 +48,10 @@ def _as_bytes(x: Any, what: str) -> bytes | None:
     if isinstance(x, (bytearray, memoryview)):
         return bytes(x)
     if isinstance(x, str):
-        return x.encode()
+        try:
+            return x.encode()
+        except UnicodeEncodeError:
+            raise SchemaMismatchError(f"{what} {x!r} is not valid UTF-8 text") from None
     raise SchemaMismatchError(f"{what} must be bytes, str or None, not {type(x).__name__}")
 
 
