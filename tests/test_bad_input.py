@@ -741,6 +741,8 @@ def test_bad_record_fails_its_send_not_its_batch(transactional: bool) -> None:
         {"value": b"v", "headers": [("h", 7)]},
         {"value": b"v", "timestamp_ms": "yesterday"},
         {"value": b"v", "timestamp_ms": 2**64},  # Arrow's timestamps are 64-bit
+        {"value": b"v", "headers": 5},
+        {"value": b"v", "headers": [("only a key",)]},
         {"value": "\ud800"},  # a str that is not UTF-8 text
         {"value": b"v", "key": "\udfff"},
     ]

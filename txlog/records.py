@@ -61,15 +61,21 @@ CheckedRow = tuple[bytes | None, bytes | None, list[dict[str, Any]] | None, int 
 
 
 def checked_row(key: Any, value: Any, headers: Any, timestamp_ms: Any) -> CheckedRow:
-    """A record as :func:`checked_kafka_table` takes it.  Bad input fails here, in the
+    """A record as :func:`checked_kafka_batch` takes it.  Bad input fails here, in the
     call that gave it, instead of failing the batch it would have joined."""
     if key is not None and key.__class__ is not bytes:
         key = _as_bytes(key, "key")
     if value.__class__ is not bytes:
         value = _as_bytes(value, "value")
     if headers is not None:
+        try:
+            pairs = list(_header_items(headers))
+        except (TypeError, ValueError):
+            raise SchemaMismatchError(
+                f"headers must be a dict or a list of (key, value) pairs, not "
+                f"{headers!r}") from None
         headers = [{"key": _header_key(k), "value": _as_bytes(v, "header value")}
-                   for k, v in _header_items(headers)]
+                   for k, v in pairs]
     if timestamp_ms is not None:
         ts = timestamp_ms
         try:
