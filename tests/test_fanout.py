@@ -163,3 +163,20 @@ def test_a_second_interrupt_leaves_at_once(monkeypatch: pytest.MonkeyPatch) -> N
             fanout.fan_out(fn, [0, 1])
     finally:
         release.set()
+
+
+def test_at_interpreter_shutdown_the_caller_runs_everything(
+        tiny_pool: ThreadPoolExecutor, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No new work is taken once the interpreter is shutting down (an atexit close()
+    writing markers, say): what could not be handed over runs on the caller."""
+    real_submit = tiny_pool.submit
+    calls = [0]
+
+    def submit(*args: Any, **kwargs: Any) -> Any:
+        calls[0] += 1
+        if calls[0] > 1:
+            raise RuntimeError("cannot schedule new futures after interpreter shutdown")
+        return real_submit(*args, **kwargs)
+
+    monkeypatch.setattr(tiny_pool, "submit", submit)
+    assert fanout.fan_out(lambda x: x * 10, [1, 2, 3, 4]) == [10, 20, 30, 40]

@@ -68,7 +68,14 @@ def _run(fn: Callable[[T], R], items: Sequence[T]) -> list[tuple[R | None, BaseE
         return [_call(fn, x) for x in items]
     pool = _shared()
     # The caller takes the first item itself: one thread fewer to hand work to.
-    futures: list[Future[R]] = [pool.submit(fn, x) for x in items[1:]]
+    futures: list[Future[R]] = []
+    try:
+        for x in items[1:]:
+            futures.append(pool.submit(fn, x))
+    except RuntimeError:  # the interpreter is shutting down: no new threads start
+        for f in futures:
+            f.cancel()  # what no worker took runs here, below
+        futures += [Future() for _ in items[1 + len(futures):]]  # never started: run here
     got = [_call(fn, items[0])]
     interrupt = _interrupt(got[0])  # Ctrl-C on this thread: run nothing more here
     for x, fut in zip(items[1:], futures, strict=True):
