@@ -169,6 +169,34 @@ def test_txn_app_version_reruns_commit_nothing(spark: Any, tmp_path: Path) -> No
     assert staged(root, "backfill") == referenced(lg, "backfill")
 
 
+def test_staged_objects_and_folders_get_hadoops_permissions(spark: Any,
+                                                            tmp_path: Path) -> None:
+    """The JVM writer's local file system (LocalFiles) sets permissions in the JVM, not
+    with a chmod process per object: files and folders end up as Hadoop's own would."""
+    root = str(tmp_path / "lake")
+    txlog.connect(root).create_topic("m", partitions=4)
+    df = spark.range(0, 200, numPartitions=2).selectExpr("cast(id AS string) AS key",
+                                                         "cast(id AS string) AS value")
+    res = spark_ext.write(df, root, topic="m", engine="jvm")
+    assert res is not None and res.files == 8
+    base = Path(root) / "topics" / "m" / "_staging"
+    files = [p for p in base.rglob("*") if p.is_file()]
+    folders = [p for p in base.rglob("*") if p.is_dir()]
+    assert len(files) == 8 and folders
+    # Hadoop's defaults with its umask (fs.permissions.umask-mode, 022)
+    assert {p.stat().st_mode & 0o7777 for p in files} == {0o644}
+    assert {p.stat().st_mode & 0o7777 for p in folders} == {0o755}
+
+    jvm = spark.sparkContext._jvm
+    fs = jvm.io.txlog.spark.LocalFiles()
+    target = tmp_path / "mode"
+    target.write_bytes(b"x")
+    for mode in ("600", "750", "444", "1777", "000"):
+        fs.setPermission(jvm.org.apache.hadoop.fs.Path(str(target)),
+                         jvm.org.apache.hadoop.fs.permission.FsPermission(mode))
+        assert target.stat().st_mode & 0o7777 == int(mode, 8), mode
+
+
 def test_a_failed_task_leaves_nothing(spark: Any, tmp_path: Path) -> None:
     root = str(tmp_path / "lake")
     lg = txlog.connect(root)

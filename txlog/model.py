@@ -7,14 +7,12 @@ dense: an entry's ``base_offset`` is its predecessor's ``base_offset + count``.
 
 from __future__ import annotations
 
-import itertools
 import json
-import os
-import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
 from txlog.errors import CorruptObjectError, UnsupportedFormatError
+from txlog.unique import unique
 
 FORMAT_VERSION = 1
 
@@ -32,26 +30,9 @@ NO_PRODUCER = -1
 NO_SEQUENCE = -1
 
 
-_token_prefix = ""
-_token_count = itertools.count()
-
-
-def _new_token_source() -> None:
-    global _token_prefix, _token_count
-    _token_prefix = secrets.token_hex(8)
-    _token_count = itertools.count()
-
-
-_new_token_source()
-# A forked child must not hand out its parent's tokens.
-os.register_at_fork(after_in_child=_new_token_source)
-
-
 def new_token() -> str:
-    """A writer token: makes each claimed object's bytes unique to its writer (a random
-    prefix per process and a counter: the system's random source per token cost a
-    Spark commit's threads a wait for the GIL at each call)."""
-    return f"{_token_prefix}{next(_token_count):x}"
+    """A writer token: makes each claimed object's bytes unique to its writer."""
+    return unique()
 
 
 @dataclass(slots=True)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +24,7 @@ from txlog.model import CONTROL_KINDS, DATA, Entry, decode_entry
 from txlog.partition_state import PartitionState, ReadSpan
 from txlog.records import has_kafka_fields, now_ms
 from txlog.storage.base import ObjectStore
+from txlog.unique import unique
 
 log = logging.getLogger(__name__)
 
@@ -168,7 +168,7 @@ class PartitionLog:
 
     def write_data(self, table: pa.Table) -> tuple[str, int]:
         """Write a batch object under a unique name (plain put; not yet part of the log)."""
-        key = layout.data_key(self.topic, self.partition, uuid.uuid4().hex)
+        key = layout.data_key(self.topic, self.partition, unique())
         data = encode_parquet(table)
         self.store.put(key, data)
         return key, len(data)

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import errno
 import os
-import uuid
 from typing import Any
 
 from txlog.errors import ObjectNotFoundError, StorageError
 from txlog.storage.base import ObjectStore, check_key
+from txlog.unique import unique
 
 _TMP_PREFIX = ".tmp-"
 _MAX_KNOWN_DIRS = 10_000
@@ -72,7 +72,7 @@ class LocalStore(ObjectStore):
         directory = os.path.dirname(final)
         if directory not in self._dirs:  # one stat per directory, not per write
             self._ensure_dir(directory)
-        tmp = os.path.join(directory, f"{_TMP_PREFIX}{uuid.uuid4().hex}")
+        tmp = os.path.join(directory, f"{_TMP_PREFIX}{unique()}")
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         except FileNotFoundError:  # deleted since we saw it (a topic or staging sweep)

@@ -8,7 +8,6 @@ import java.util.Set;
 
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.Path;
-import org.apache.hadoop.fs.RawLocalFileSystem;
 import org.apache.hadoop.mapreduce.Job;
 import org.apache.spark.SparkContext;
 import org.apache.spark.broadcast.Broadcast;
@@ -198,8 +197,9 @@ public final class StagedWriteProvider implements TableProvider {
                     org.apache.spark.sql.classic.SparkSession.active(), job, options, spec.data);
                 Configuration conf = job.getConfiguration();
                 if (spec.local) {
-                    // No .crc file beside each object: txlog's local store writes none.
-                    conf.set("fs.file.impl", RawLocalFileSystem.class.getName());
+                    // No .crc file beside each object (txlog's local store writes none), and
+                    // no chmod process per object (LocalFiles).
+                    conf.set("fs.file.impl", LocalFiles.class.getName());
                     conf.setBoolean("fs.file.impl.disable.cache", true);
                 }
                 // Kafka timestamps are milliseconds; txlog's readers read them as such.

@@ -76,7 +76,11 @@ final class StagedWriter implements DataWriter<InternalRow> {
         this.taskId = taskId;
         TaskAttemptID attempt = new TaskAttemptID(
             new TaskID(new JobID("txlog", 0), TaskType.MAP, task), (int) taskId);
-        this.context = new TaskAttemptContextImpl(conf, attempt);
+        // This task's own copy, loading classes as this class was loaded: Hadoop then finds
+        // LocalFiles (fs.file.impl) whichever loader the broadcast configuration had.
+        Configuration own = new Configuration(conf);
+        own.setClassLoader(StagedWriter.class.getClassLoader());
+        this.context = new TaskAttemptContextImpl(own, attempt);
         int n = spec.partitions;
         this.open = new OutputWriter[n];
         this.openName = new String[n];
