@@ -224,3 +224,39 @@ def test_init_transactions_forgets_the_commit_it_rolled_forward(
     p.commit_transaction()
     assert read_all(log, "a") == [b"t1", b"t2"]
     p.close()
+
+
+@pytest.mark.parametrize("how", ["send", "send_batch"])
+def test_a_send_that_close_overtakes_fails_instead_of_queuing(log: txlog.Log,
+                                                               how: str) -> None:
+    """close() finishing between a send's state check and its lock (another thread
+    closed the producer) must fail that send: a batch queued after close() is never
+    written, and its future would never resolve."""
+    import pyarrow as pa
+
+    from txlog.errors import InvalidTxnStateError
+
+    p = log.producer()
+    p.send("a", b"first", partition=0)  # starts the linger thread
+    p.flush()
+    real = p._lock
+
+    class CloseFirst:
+        """The send's lock: close() runs to its end before the send takes it."""
+
+        def __enter__(self) -> None:
+            p._lock = real
+            p.close()
+            real.acquire()
+
+        def __exit__(self, *exc: Any) -> None:
+            real.release()
+
+    p._lock = CloseFirst()  # type: ignore[assignment]
+    with pytest.raises(InvalidTxnStateError, match="closed producer"):
+        if how == "send":
+            p.send("a", b"late", partition=0)
+        else:
+            p.send_batch("a", pa.table({"value": [b"late"]}), partition=0)
+    assert not p._pending
+    assert read_all(log, "a", "read_uncommitted") == [b"first"]

@@ -975,6 +975,8 @@ class Producer:
         tp = self._partition_of(topic, info.partitions, partition, kb)
         size = (len(kb) if kb else 0) + (len(vb) if vb else 0)
         with self._lock:
+            if self.state is State.CLOSED:  # close() ran since the check above
+                raise InvalidTxnStateError("send() on a closed producer")
             batch = self._pending.get(tp)
             if batch is None:
                 batch = self._pending[tp] = self._new_batch()
@@ -1005,6 +1007,8 @@ class Producer:
         kb = key.encode() if isinstance(key, str) else key
         tp = self._partition_of(topic, info.partitions, partition, kb)
         with self._lock:
+            if self.state is State.CLOSED:  # close() ran since the caller's check
+                raise InvalidTxnStateError("send() on a closed producer")
             batch = self._pending.get(tp)
             if batch is None:
                 batch = self._pending[tp] = self._new_batch()
