@@ -68,9 +68,9 @@ def produce(root: str) -> tuple[set[int], set[int]]:
         ids = list(range(n, n + PER_TXN))
         n += PER_TXN
         for i in ids:
-            order = {"id": i, "customer": f"c{rng.randrange(60)}",
-                     "amount": round(rng.uniform(1, 500), 2)}
-            p.send(SOURCE, json.dumps(order).encode(), key=order["customer"].encode())
+            customer = f"c{rng.randrange(60)}"
+            order = {"id": i, "customer": customer, "amount": round(rng.uniform(1, 500), 2)}
+            p.send(SOURCE, json.dumps(order).encode(), key=customer.encode())
         p.flush()  # the records are in the log now, committed or not
         if t in aborted_txns:
             p.abort_transaction()

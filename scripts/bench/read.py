@@ -212,7 +212,9 @@ def _run_open(tg: C.Target, *, batches: int, interval: int, opens: int, url: str
             C.build_history(plog, extra, shared_key=key, nbytes=nbytes, quick_store=quick,
                             report_every=0)
         open_cold()  # warm the OS page cache and imports
-        times, reqs, n = [], {}, 0
+        times: list[float] = []
+        reqs: dict[str, int] = {}
+        n = 0
         for _ in range(opens):
             el, n, reqs = open_cold()
             times.append(el)

@@ -242,7 +242,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         names += [n for n in EXPECTED if n not in names]
     started = time.strftime("%Y-%m-%d %H:%M:%S %z")
     t0 = time.monotonic()
-    runs = []
+    runs: list[dict[str, Any]] = []
     for name in names:
         if not (HERE / f"{name}.py").exists():
             C.progress(f"== {name}: scripts/bench/{name}.py does not exist yet: skipped")

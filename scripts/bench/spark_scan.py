@@ -88,9 +88,12 @@ def plain_copy(url: str, topic: str, dest: Path) -> int:
 
 
 def main() -> None:
-    args = C.parse_args(__doc__.splitlines()[0], stores=False, extra=lambda p: p.add_argument(
-        "--records", type=int, default=None,
-        help="records per topic (default: tiny 20,000, small 200,000, full 5,000,000)"))
+    def extra(p: Any) -> None:
+        p.add_argument("--records", type=int, default=None,
+                       help="records per topic (default: tiny 20,000, small 200,000, "
+                            "full 5,000,000)")
+
+    args = C.parse_args(__doc__.splitlines()[0], stores=False, extra=extra)
     records = args.records or C.pick(args.mode, 20_000, 200_000, 5_000_000)
     rounds = args.rounds or C.pick(args.mode, 1, 3, 3)
     work = Path(tempfile.mkdtemp(prefix="txlog-spark-scan-"))
@@ -209,9 +212,9 @@ def run(mode: str, records: int, rounds: int, work: Path) -> None:
                   f"{VALUE_SIZE}-byte values, local[2], median of {rounds}",
                   ["aborted", "reader", "seconds", "rows/s", "vs parquet", "CPU s",
                    "CPU vs parquet"], rows)
-    rc_ru = [f"{p}%: {C.fmt(ratios[f'rc_vs_ru_speed_{p}pct'])}" for p in topics]
+    speeds = [f"{p}%: {C.fmt(ratios[f'rc_vs_ru_speed_{p}pct'])}" for p in topics]
     print("\nread_committed vs read_uncommitted (time ratio RU/RC, >1 = RC faster): "
-          + ", ".join(rc_ru))
+          + ", ".join(speeds))
     C.emit_json("spark_scan", mode, records=records, rounds=rounds,
                 ratio=min(ratios["native_vs_parquet_1pct"], ratios["native_vs_parquet_30pct"]),
                 ratios=C.clean(ratios), goals=C.clean(goals), results=C.clean(results))
