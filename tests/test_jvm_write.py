@@ -7,6 +7,7 @@ same rows, and reads the result back with the consumer and every Spark read path
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -187,6 +188,8 @@ def test_staged_objects_and_folders_get_hadoops_permissions(spark: Any,
     assert {p.stat().st_mode & 0o7777 for p in files} == {0o644}
     assert {p.stat().st_mode & 0o7777 for p in folders} == {0o755}
 
+    # LocalFiles itself (the tasks load it in a class loader of their own, out of
+    # reach; that the writer uses it, and forks no chmod, shows in spark_write.py).
     jvm = spark.sparkContext._jvm
     fs = jvm.io.txlog.spark.LocalFiles()
     target = tmp_path / "mode"
@@ -195,6 +198,13 @@ def test_staged_objects_and_folders_get_hadoops_permissions(spark: Any,
         fs.setPermission(jvm.org.apache.hadoop.fs.Path(str(target)),
                          jvm.org.apache.hadoop.fs.permission.FsPermission(mode))
         assert target.stat().st_mode & 0o7777 == int(mode, 8), mode
+    # A group-shared folder keeps its setgid bit, as chmod keeps it.
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o2775)
+    fs.setPermission(jvm.org.apache.hadoop.fs.Path(str(shared)),
+                     jvm.org.apache.hadoop.fs.permission.FsPermission("755"))
+    assert shared.stat().st_mode & 0o7777 == 0o2755
 
 
 def test_a_failed_task_leaves_nothing(spark: Any, tmp_path: Path) -> None:

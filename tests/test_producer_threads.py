@@ -226,37 +226,92 @@ def test_init_transactions_forgets_the_commit_it_rolled_forward(
     p.close()
 
 
+class Overtaken:
+    """A producer's lock as a send takes it: ``first`` (a close, commit or abort, as
+    another thread would run it) runs to its end before the send gets the lock."""
+
+    def __init__(self, p: Producer, first: Any) -> None:
+        self.p, self.first, self.real = p, first, p._lock
+
+    def __enter__(self) -> None:
+        self.p._lock = self.real
+        self.first()
+        self.real.acquire()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.real.release()
+
+
+def send_one(p: Producer, how: str, value: bytes) -> None:
+    import pyarrow as pa
+
+    if how == "send":
+        p.send("a", value, partition=0)
+    else:
+        p.send_batch("a", pa.table({"value": [value]}), partition=0)
+
+
 @pytest.mark.parametrize("how", ["send", "send_batch"])
 def test_a_send_that_close_overtakes_fails_instead_of_queuing(log: txlog.Log,
                                                                how: str) -> None:
     """close() finishing between a send's state check and its lock (another thread
     closed the producer) must fail that send: a batch queued after close() is never
     written, and its future would never resolve."""
-    import pyarrow as pa
-
     from txlog.errors import InvalidTxnStateError
 
     p = log.producer()
     p.send("a", b"first", partition=0)  # starts the linger thread
     p.flush()
-    real = p._lock
-
-    class CloseFirst:
-        """The send's lock: close() runs to its end before the send takes it."""
-
-        def __enter__(self) -> None:
-            p._lock = real
-            p.close()
-            real.acquire()
-
-        def __exit__(self, *exc: Any) -> None:
-            real.release()
-
-    p._lock = CloseFirst()  # type: ignore[assignment]
+    p._lock = Overtaken(p, p.close)  # type: ignore[assignment]
     with pytest.raises(InvalidTxnStateError, match="closed producer"):
-        if how == "send":
-            p.send("a", b"late", partition=0)
-        else:
-            p.send_batch("a", pa.table({"value": [b"late"]}), partition=0)
+        send_one(p, how, b"late")
     assert not p._pending
+    assert read_all(log, "a", "read_uncommitted") == [b"first"]
+
+
+@pytest.mark.parametrize("how", ["send", "send_batch"])
+@pytest.mark.parametrize("end", ["commit", "abort"])
+def test_a_send_that_its_transactions_end_overtakes_is_in_no_transaction(
+        log: txlog.Log, end: str, how: str) -> None:
+    """A commit or abort (on another thread) that takes the pending batches between a
+    send's state check and its lock fails that send: the record must not slip into the
+    next transaction (where an aborted transaction's record would become visible)."""
+    from txlog.errors import InvalidTxnStateError
+
+    p = log.producer(transactional_id=f"overtaken-{end}-{how}")
+    p.init_transactions()
+    p.begin_transaction()
+    send_one(p, how, b"one")
+    ending = p.commit_transaction if end == "commit" else p.abort_transaction
+    p._lock = Overtaken(p, ending)  # type: ignore[assignment]
+    with pytest.raises(InvalidTxnStateError, match=f"being {end}"):
+        send_one(p, how, b"late")
+    assert not p._pending
+    p.begin_transaction()
+    send_one(p, how, b"two")
+    p.commit_transaction()
+    p.close()
+    want = [b"one", b"two"] if end == "commit" else [b"two"]
+    assert read_all(log, "a") == want
+
+
+def test_send_batch_while_close_flushes_fails(log: txlog.Log) -> None:
+    """A send_batch() (no future to carry an error) after close()'s flush, before the
+    producer is marked closed, fails at once instead of being dropped silently."""
+    from txlog.errors import InvalidTxnStateError
+
+    p = log.producer()
+    p.send("a", b"first", partition=0)
+    flush = p.flush
+    refused = []
+
+    def flush_then_send() -> None:
+        flush()
+        with pytest.raises(InvalidTxnStateError, match="being closed") as exc:
+            send_one(p, "send_batch", b"late")
+        refused.append(exc.value)
+
+    p.flush = flush_then_send  # type: ignore[method-assign]
+    p.close()
+    assert refused
     assert read_all(log, "a", "read_uncommitted") == [b"first"]

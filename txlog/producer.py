@@ -54,7 +54,7 @@ import time
 from collections.abc import Mapping
 from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
 
 import pyarrow as pa
 
@@ -345,6 +345,12 @@ class Producer:
         self.retries = int(cfg["retries"])
         self._lock = threading.RLock()
         self._pending: dict[TopicPartition, _PendingBatch] = {}
+        # Why records cannot be queued now (None: they can); read and set under _lock. A
+        # commit, abort or close() takes the pending batches under _lock and closes this
+        # there, so a send that passed its state check before them, and takes the lock
+        # after, fails instead of queuing into the next transaction or into no write.
+        self._sends_closed: str | None = None if transactional_id is None else \
+            "no transaction is open"
         self._seq: dict[TopicPartition, int] = {}
         self._reset_pid = False  # set after an append of unknown outcome (non-transactional)
         self._rr = RoundRobin()
@@ -457,6 +463,8 @@ class Producer:
         with self._qlock:  # not over a failure another thread has just taken
             self._check_state(State.READY, "begin_transaction()")
             self.state = State.IN_TRANSACTION
+        with self._lock:
+            self._sends_closed = None
         if not self._pipelining():  # else the queued commit resets them when it ends
             self._registered.clear()
             self._seq.clear()
@@ -471,6 +479,8 @@ class Producer:
         tp = offsets_partition(self.log, group_id)
         table = encode_offset_commits(group_id, offsets)
         with self._lock:
+            if self._sends_closed is not None:
+                self._refuse_send("send_offsets_to_transaction()")
             self._guard(lambda: self._append_now(tp, table))
 
     def send_staged(self, tp: TopicPartition, data_key: str, num_rows: int, nbytes: int,
@@ -485,6 +495,8 @@ class Producer:
         self._topic_info(tp.topic)  # a failure here fails the transaction
         self.log.partition_log(tp)  # validates topic and partition
         with self._lock:
+            if self._sends_closed is not None:
+                self._refuse_send("send_staged()")
             return int(self._guard(lambda: self._append_object(
                 tp, data_key, num_rows, nbytes, ts_min, ts_max, untimed)))
 
@@ -540,6 +552,8 @@ class Producer:
                 raise worst
 
         with self._lock:
+            if self._sends_closed is not None:
+                self._refuse_send("send_staged_many()")
             self._guard(append_all)
         return bases
 
@@ -553,6 +567,8 @@ class Producer:
         for tp in tps:
             self.log.partition_log(tp)  # validates topic and partition
         with self._lock:
+            if self._sends_closed is not None:
+                self._refuse_send("add_partitions_to_transaction()")
             self._guard(lambda: self._register(tps))
 
     def send_app_version(self, app_id: str, version: int) -> None:
@@ -619,6 +635,7 @@ class Producer:
         self._check_can_end()
         with self._lock:
             self._check_can_end()  # again: a send may have failed the transaction meanwhile
+            self._sends_closed = "its transaction is being committed"
             self._seal_pending(list(self._pending))  # raises: nothing is committed
             batches = self._join_queued(list(self._pending.items()))
             self._pending.clear()
@@ -656,6 +673,7 @@ class Producer:
         if self.state not in (State.IN_TRANSACTION, State.ABORTABLE_ERROR):
             raise InvalidTxnStateError(f"abort_transaction() in state {self.state.value}")
         with self._lock:
+            self._sends_closed = "its transaction is being aborted"
             for batch in self._pending.values():
                 for f in batch.futures:
                     f._fail(InvalidTxnStateError("transaction aborted before the batch was sent"))
@@ -975,8 +993,8 @@ class Producer:
         tp = self._partition_of(topic, info.partitions, partition, kb)
         size = (len(kb) if kb else 0) + (len(vb) if vb else 0)
         with self._lock:
-            if self.state is State.CLOSED:  # close() ran since the check above
-                raise InvalidTxnStateError("send() on a closed producer")
+            if self._sends_closed is not None:  # overtaken since the check above
+                self._refuse_send("send()")
             batch = self._pending.get(tp)
             if batch is None:
                 batch = self._pending[tp] = self._new_batch()
@@ -1007,8 +1025,8 @@ class Producer:
         kb = key.encode() if isinstance(key, str) else key
         tp = self._partition_of(topic, info.partitions, partition, kb)
         with self._lock:
-            if self.state is State.CLOSED:  # close() ran since the caller's check
-                raise InvalidTxnStateError("send() on a closed producer")
+            if self._sends_closed is not None:  # overtaken since the caller's check
+                self._refuse_send("send()")
             batch = self._pending.get(tp)
             if batch is None:
                 batch = self._pending[tp] = self._new_batch()
@@ -1440,6 +1458,13 @@ class Producer:
         if self.state != want:
             raise InvalidTxnStateError(f"{what} is not allowed in state {self.state.value}")
 
+    def _refuse_send(self, what: str) -> NoReturn:
+        """A call that passed its state check but finds, under ``_lock``, that a commit,
+        abort or close() overtook it."""
+        if self.state is State.CLOSED:
+            raise InvalidTxnStateError(f"{what} on a closed producer")
+        raise InvalidTxnStateError(f"{what}: {self._sends_closed}; nothing was queued")
+
     def _check_can_send(self) -> None:
         if self.state is State.IN_TRANSACTION:  # the per-record fast path
             return
@@ -1454,6 +1479,8 @@ class Producer:
     def close(self, timeout: float | None = None) -> None:
         if self.state == State.CLOSED:
             return
+        with self._lock:  # what is sent from here on would miss the flush below
+            self._sends_closed = "the producer is being closed"
         try:
             if self.transactional_id is None:
                 self.flush()
@@ -1465,6 +1492,7 @@ class Producer:
                                    InvalidTxnStateError("the producer was closed first"))
                 self._pending.clear()
                 self.state = State.CLOSED
+                self._sends_closed = "the producer is closed"
                 if self._wake is not None:
                     self._wake.notify_all()  # the linger thread ends
             if self._lingerer is not None:

@@ -28,14 +28,29 @@ public final class LocalFiles extends RawLocalFileSystem {
 
     @Override
     public void setPermission(Path p, FsPermission permission) throws IOException {
-        if (permission.getStickyBit()) {  // java.nio has no sticky bit
+        java.nio.file.Path file = pathToFile(p).toPath();
+        // java.nio has no sticky bit, and clears a folder's setgid/setuid bits, which
+        // chmod keeps (a group-shared folder's new files then keep its group): chmod there.
+        if (permission.getStickyBit() || keepsSetId(file)) {
             super.setPermission(p, permission);
             return;
         }
         try {
-            Files.setPosixFilePermissions(pathToFile(p).toPath(), posix(permission.toShort()));
+            Files.setPosixFilePermissions(file, posix(permission.toShort()));
         } catch (UnsupportedOperationException e) {  // not a POSIX file system
             super.setPermission(p, permission);
+        }
+    }
+
+    private static boolean keepsSetId(java.nio.file.Path file) throws IOException {
+        if (!Files.isDirectory(file)) {
+            return false;
+        }
+        try {
+            Object mode = Files.getAttribute(file, "unix:mode");
+            return mode instanceof Integer && ((Integer) mode & 06000) != 0;
+        } catch (UnsupportedOperationException | IllegalArgumentException e) {
+            return false;  // no unix attributes: nothing to keep
         }
     }
 
