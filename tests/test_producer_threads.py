@@ -315,3 +315,127 @@ def test_send_batch_while_close_flushes_fails(log: txlog.Log) -> None:
     p.close()
     assert refused
     assert read_all(log, "a", "read_uncommitted") == [b"first"]
+
+
+def outcome(fn: Any) -> Any:
+    """What ``fn()`` returned, or the exception it raised."""
+    try:
+        return fn()
+    except Exception as exc:
+        return exc
+
+
+def one_staged_object(lg: txlog.Log, value: bytes) -> Any:
+    from txlog.producer import StagedObject
+    from txlog.records import TopicPartition, kafka_table
+
+    tp = TopicPartition("a", 0)
+    key, n = lg.partition_log(tp).write_data(kafka_table([(None, value, None, None)]))
+    return StagedObject(tp, key, 1, n)
+
+
+@pytest.mark.parametrize("how", ["staged", "staged_many", "offsets", "app_version",
+                                 "add_partitions"])
+@pytest.mark.parametrize("end", ["commit", "abort"])
+def test_other_writes_that_the_end_overtakes_are_in_no_transaction(
+        log: txlog.Log, end: str, how: str) -> None:
+    """The same for staged objects, offsets, app versions and partition registrations."""
+    from txlog.errors import InvalidTxnStateError
+    from txlog.records import TopicPartition
+
+    p = log.producer(transactional_id=f"overtaken-{end}-{how}")
+    p.init_transactions()
+    p.begin_transaction()
+    p.send("a", b"one", partition=0)
+    obj = one_staged_object(log, b"late")
+    p._lock = Overtaken(p, p.commit_transaction if end == "commit"  # type: ignore[assignment]
+                        else p.abort_transaction)
+    with pytest.raises(InvalidTxnStateError, match=f"being {end}"):
+        if how == "staged":
+            p.send_staged(obj.tp, obj.key, obj.rows, obj.nbytes)
+        elif how == "staged_many":
+            p.send_staged_many([obj])
+        elif how == "offsets":
+            p.send_offsets_to_transaction({TopicPartition("a", 1): 7}, "g")
+        elif how == "app_version":
+            p.send_app_version("app", 3)
+        else:
+            p.add_partitions_to_transaction([TopicPartition("a", 1)])
+    p.begin_transaction()
+    p.send("a", b"two", partition=0)
+    p.commit_transaction()
+    p.close()
+    assert read_all(log, "a") == ([b"one", b"two"] if end == "commit" else [b"two"])
+
+
+def test_a_commit_while_another_thread_aborts_is_refused(log: txlog.Log) -> None:
+    """commit_transaction() on another thread after abort_transaction() took the pending
+    batches (before it wrote the abort): one of them fails, and nothing commits (a batch
+    already queued for writing must not commit while the pending one was failed)."""
+    from txlog.errors import InvalidTxnStateError
+
+    p = log.producer(transactional_id="abort-commit", batch_size=100)
+    p.init_transactions()
+    p.begin_transaction()
+    p.send("a", b"x" * 200, partition=0)  # full: queued for writing at once
+    p.send("a", b"pending", partition=1)  # still pending: the abort fails it
+    abort_now = p._abort_now
+    other: list[Any] = []
+
+    def commit_elsewhere_then_abort() -> None:
+        t = threading.Thread(target=lambda: other.append(outcome(p.commit_transaction)))
+        t.start()
+        t.join(60)
+        abort_now()
+
+    p._abort_now = commit_elsewhere_then_abort  # type: ignore[method-assign]
+    assert outcome(p.abort_transaction) is None
+    assert isinstance(other[0], InvalidTxnStateError), other
+    p.close()
+    assert read_all(log, "a") == []
+
+
+def test_an_abort_while_another_thread_commits_is_refused(log: txlog.Log) -> None:
+    """abort_transaction() on another thread after a commit was queued (before the
+    committing thread marked the producer ready): the abort fails, the commit holds."""
+    from txlog.errors import InvalidTxnStateError
+
+    p = log.producer(transactional_id="commit-abort")
+    p.init_transactions()
+    p.begin_transaction()
+    p.send("a", b"one", partition=0)
+    queue = p._queue
+    other: list[Any] = []
+
+    def queue_then_abort_elsewhere(*a: Any, **kw: Any) -> Any:
+        fut = queue(*a, **kw)
+        if not other:
+            t = threading.Thread(target=lambda: other.append(outcome(p.abort_transaction)))
+            t.start()
+            t.join(60)
+        return fut
+
+    p._queue = queue_then_abort_elsewhere  # type: ignore[method-assign]
+    assert outcome(p.commit_transaction) is None
+    assert isinstance(other[0], InvalidTxnStateError), other
+    p.close()
+    assert read_all(log, "a") == [b"one"]
+
+
+def test_begin_while_close_settles_is_refused(log: txlog.Log) -> None:
+    """A begin_transaction() (another thread) while close() settles fails: its sends
+    would be dropped by close() without an error."""
+    from txlog.errors import InvalidTxnStateError
+
+    p = log.producer(transactional_id="begin-close")
+    p.init_transactions()
+    settle = p._close_settle
+    began: list[Any] = []
+
+    def settle_then_begin() -> None:
+        settle()
+        began.append(outcome(p.begin_transaction))
+
+    p._close_settle = settle_then_begin  # type: ignore[method-assign]
+    p.close()
+    assert isinstance(began[0], InvalidTxnStateError) and "being closed" in str(began[0])

@@ -460,10 +460,11 @@ class Producer:
     def begin_transaction(self) -> None:
         self._require_txn()
         self._reap_pipeline()  # a failed pipelined commit fails the next begin
-        with self._qlock:  # not over a failure another thread has just taken
+        with self._lock, self._qlock:  # not over a failure another thread has just taken
+            if self._sends_closed == "the producer is being closed":
+                self._refuse_send("begin_transaction()")
             self._check_state(State.READY, "begin_transaction()")
             self.state = State.IN_TRANSACTION
-        with self._lock:
             self._sends_closed = None
         if not self._pipelining():  # else the queued commit resets them when it ends
             self._registered.clear()
@@ -635,6 +636,8 @@ class Producer:
         self._check_can_end()
         with self._lock:
             self._check_can_end()  # again: a send may have failed the transaction meanwhile
+            if self._sends_closed is not None:  # another thread ended it already
+                self._refuse_send("commit_transaction()")
             self._sends_closed = "its transaction is being committed"
             self._seal_pending(list(self._pending))  # raises: nothing is committed
             batches = self._join_queued(list(self._pending.items()))
@@ -673,6 +676,8 @@ class Producer:
         if self.state not in (State.IN_TRANSACTION, State.ABORTABLE_ERROR):
             raise InvalidTxnStateError(f"abort_transaction() in state {self.state.value}")
         with self._lock:
+            if self._sends_closed is not None and self.state is State.IN_TRANSACTION:
+                self._refuse_send("abort_transaction()")  # a commit was queued
             self._sends_closed = "its transaction is being aborted"
             for batch in self._pending.values():
                 for f in batch.futures:
