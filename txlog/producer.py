@@ -275,6 +275,8 @@ MAX_UPLOADS = 2
 #: most (Kafka's max.in.flight.requests.per.connection); later steps wait to upload, and
 #: meanwhile take their partitions' later batches (see Producer._join_queued).
 MAX_IN_FLIGHT = 3
+#: Why sends fail while close() runs (compared by identity: begin_transaction() refuses too).
+_CLOSING = "the producer is being closed"
 #: Steps (batch writes, pipelined commits) queued before send() waits for the oldest.
 MAX_QUEUED_STEPS = 16
 #: A queued batch that has not started uploading takes later batches of its partition
@@ -461,7 +463,7 @@ class Producer:
         self._require_txn()
         self._reap_pipeline()  # a failed pipelined commit fails the next begin
         with self._lock, self._qlock:  # not over a failure another thread has just taken
-            if self._sends_closed == "the producer is being closed":
+            if self._sends_closed is _CLOSING:
                 self._refuse_send("begin_transaction()")
             self._check_state(State.READY, "begin_transaction()")
             self.state = State.IN_TRANSACTION
@@ -480,8 +482,7 @@ class Producer:
         tp = offsets_partition(self.log, group_id)
         table = encode_offset_commits(group_id, offsets)
         with self._lock:
-            if self._sends_closed is not None:
-                self._refuse_send("send_offsets_to_transaction()")
+            self._check_sends_open("send_offsets_to_transaction()")
             self._guard(lambda: self._append_now(tp, table))
 
     def send_staged(self, tp: TopicPartition, data_key: str, num_rows: int, nbytes: int,
@@ -496,8 +497,7 @@ class Producer:
         self._topic_info(tp.topic)  # a failure here fails the transaction
         self.log.partition_log(tp)  # validates topic and partition
         with self._lock:
-            if self._sends_closed is not None:
-                self._refuse_send("send_staged()")
+            self._check_sends_open("send_staged()")
             return int(self._guard(lambda: self._append_object(
                 tp, data_key, num_rows, nbytes, ts_min, ts_max, untimed)))
 
@@ -553,8 +553,7 @@ class Producer:
                 raise worst
 
         with self._lock:
-            if self._sends_closed is not None:
-                self._refuse_send("send_staged_many()")
+            self._check_sends_open("send_staged_many()")
             self._guard(append_all)
         return bases
 
@@ -568,8 +567,7 @@ class Producer:
         for tp in tps:
             self.log.partition_log(tp)  # validates topic and partition
         with self._lock:
-            if self._sends_closed is not None:
-                self._refuse_send("add_partitions_to_transaction()")
+            self._check_sends_open("add_partitions_to_transaction()")
             self._guard(lambda: self._register(tps))
 
     def send_app_version(self, app_id: str, version: int) -> None:
@@ -636,8 +634,7 @@ class Producer:
         self._check_can_end()
         with self._lock:
             self._check_can_end()  # again: a send may have failed the transaction meanwhile
-            if self._sends_closed is not None:  # another thread ended it already
-                self._refuse_send("commit_transaction()")
+            self._check_sends_open("commit_transaction()")  # not ended by another thread
             self._sends_closed = "its transaction is being committed"
             self._seal_pending(list(self._pending))  # raises: nothing is committed
             batches = self._join_queued(list(self._pending.items()))
@@ -998,7 +995,8 @@ class Producer:
         tp = self._partition_of(topic, info.partitions, partition, kb)
         size = (len(kb) if kb else 0) + (len(vb) if vb else 0)
         with self._lock:
-            if self._sends_closed is not None:  # overtaken since the check above
+            # Overtaken since the check above? (_check_sends_open inline: once per record)
+            if self._sends_closed is not None:
                 self._refuse_send("send()")
             batch = self._pending.get(tp)
             if batch is None:
@@ -1030,8 +1028,7 @@ class Producer:
         kb = key.encode() if isinstance(key, str) else key
         tp = self._partition_of(topic, info.partitions, partition, kb)
         with self._lock:
-            if self._sends_closed is not None:  # overtaken since the caller's check
-                self._refuse_send("send()")
+            self._check_sends_open("send()")  # overtaken since the caller's check
             batch = self._pending.get(tp)
             if batch is None:
                 batch = self._pending[tp] = self._new_batch()
@@ -1463,6 +1460,11 @@ class Producer:
         if self.state != want:
             raise InvalidTxnStateError(f"{what} is not allowed in state {self.state.value}")
 
+    def _check_sends_open(self, what: str) -> None:
+        """Under ``_lock``: raise if a commit, abort or close() overtook the caller."""
+        if self._sends_closed is not None:
+            self._refuse_send(what)
+
     def _refuse_send(self, what: str) -> NoReturn:
         """A call that passed its state check but finds, under ``_lock``, that a commit,
         abort or close() overtook it."""
@@ -1485,7 +1487,7 @@ class Producer:
         if self.state == State.CLOSED:
             return
         with self._lock:  # what is sent from here on would miss the flush below
-            self._sends_closed = "the producer is being closed"
+            self._sends_closed = _CLOSING
         try:
             if self.transactional_id is None:
                 self.flush()

@@ -6,7 +6,7 @@ Both producers have the same configuration (``batch.size``, ``linger.ms``: the d
 unless ``--linger-ms``/``--batch-size`` are given) and send one
 record at a time with ``send()`` as fast as the caller can; the transactional one calls
 ``commit_transaction()`` once 100 ms have passed since ``begin_transaction()``.  Segments
-of equal duration (1 s) alternate between the two (order flipped every round,
+of equal duration (1 s; 0.3 s in --tiny) alternate between the two (order flipped every round,
 many rounds, because the machine is shared and noisy); throughput is
 records per second including the final flush, the ratio is the median of per-round ratios.
 Commit latency is the ``commit_transaction()`` call, as a user makes it: it writes the
