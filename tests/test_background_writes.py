@@ -304,7 +304,8 @@ def test_a_partial_batch_joins_a_queued_one_that_has_not_started(
     values = [f"full{i}".encode() * 80 for i in range(3)] + [b"tail0", b"tail1"]
     assert read_all(log, "a") == values
     assert [f.get().offset for f in full + tail] == [0, 1, 2, 3, 4]
-    assert p.log.partition_log(TopicPartition("a", 0)).refresh().next_slot == 4  # 3 + marker
+    st = p.log.partition_log(TopicPartition("a", 0)).refresh()
+    assert len(st.batches) == 3 and st.high_watermark == 6  # 3 objects, 5 records, marker
     p.close()
 
 
@@ -426,5 +427,132 @@ def test_writes_in_flight_are_bounded_and_later_batches_join_meanwhile(
     assert gate.calls == 4
     assert read_all(log, "a", "read_uncommitted") == values
     assert [f.get().offset for f in futures] == list(range(8))
-    assert p.log.partition_log(TopicPartition("a", 0)).refresh().next_slot == 4
+    assert len(p.log.partition_log(TopicPartition("a", 0)).refresh().batches) == 4  # objects
+    p.close()
+
+
+class AppendGate:
+    """Holds the first data append (the committer) until opened; counts finished uploads;
+    fails every append of several objects in one entry if ``fail_parts``."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, *, fail_parts: bool = False) -> None:
+        self.held, self.go = threading.Event(), threading.Event()
+        self.uploads = 0
+        self.cond = threading.Condition()
+        real_append = PartitionLog.append
+        real_write_step = producer_mod.Producer._write_step
+        gate = self
+
+        def append(plog: PartitionLog, spec: Any) -> Any:
+            if spec.kind == "data" and not gate.held.is_set():
+                gate.held.set()
+                assert gate.go.wait(60), "test never released the append"
+            if fail_parts and spec.parts is not None:
+                raise StorageError("injected: the grouped append failed")
+            return real_append(plog, spec)
+
+        def write_step(self: Any, step: Any, fut: Any) -> None:
+            real_write_step(self, step, fut)
+            with gate.cond:
+                gate.uploads += 1
+                gate.cond.notify_all()
+
+        monkeypatch.setattr(PartitionLog, "append", append)
+        monkeypatch.setattr(producer_mod.Producer, "_write_step", write_step)
+
+    def open(self) -> None:
+        self.go.set()
+
+    def wait_uploads(self, n: int) -> None:
+        with self.cond:
+            assert self.cond.wait_for(lambda: self.uploads >= n, 60), "uploads never ended"
+
+
+def _behind_a_held_append(p: Any, gate: AppendGate, values: list[bytes]) -> list[Any]:
+    """Send ``values`` (each a full batch) to partition 0: the first one's append is held
+    (it found nothing else written to take along), the others upload meanwhile."""
+    futures = [p.send("a", values[0], partition=0)]
+    assert gate.held.wait(60)
+    futures += [p.send("a", v, partition=0) for v in values[1:]]
+    return futures
+
+
+def test_objects_written_behind_a_slow_append_share_one_entry(
+        log: txlog.Log, monkeypatch: pytest.MonkeyPatch, gates: list[Any]) -> None:
+    """While the committer is held in an append, the next steps' objects and the
+    commit's are written; then one entry appends all three (one put-if-absent, not
+    three) before the commit is decided: offsets, reads and a cold reader agree."""
+    from test_bad_input import data_entries
+
+    gate = AppendGate(monkeypatch)
+    gates.append(gate)
+    p = log.producer(transactional_id="group", batch_size=300, linger_ms=60_000)
+    p.init_transactions()
+    p.begin_transaction()
+    values = [f"v{i}".encode() * 160 for i in range(3)]
+    futures = _behind_a_held_append(p, gate, values)
+    futures.append(p.send("a", b"tail", partition=0))  # the commit's own batch
+    decided = p.commit_transaction_async()
+    gate.wait_uploads(4)
+    gate.open()
+    decided.result(60)
+    entries = data_entries(log, "a", 0)
+    assert [e.count for e in entries] == [1, 3]
+    assert entries[1].extra is not None and [part[1] for part in entries[1].extra["parts"]] \
+        == [1, 1, 1]
+    assert [f.get().offset for f in futures] == [0, 1, 2, 3]
+    assert read_all(log, "a") == [*values, b"tail"]
+    assert read_all(txlog.connect(log.url), "a") == [*values, b"tail"]
+    st = txlog.connect(log.url).partition_log(TopicPartition("a", 0)).refresh()
+    assert len(st.batches) == 4 and st.last_stable_offset == st.high_watermark == 5
+    p.close()
+
+
+def test_a_plain_producers_grouped_entry_keeps_its_sequence_numbers(
+        log: txlog.Log, monkeypatch: pytest.MonkeyPatch, gates: list[Any]) -> None:
+    """Without a transaction too; the entry takes the sequence numbers of all its
+    records, so the next batch follows on without a gap."""
+    from test_bad_input import data_entries
+
+    gate = AppendGate(monkeypatch)
+    gates.append(gate)
+    p = log.producer(batch_size=300, linger_ms=60_000)
+    values = [f"w{i}".encode() * 160 for i in range(3)]
+    futures = _behind_a_held_append(p, gate, values)
+    gate.wait_uploads(3)
+    gate.open()
+    p.flush()
+    futures.append(p.send("a", b"after", partition=0))
+    p.flush()
+    assert [(e.count, e.base_sequence) for e in data_entries(log, "a", 0)] == [
+        (1, 0), (2, 1), (1, 3)]
+    assert [f.get().offset for f in futures] == [0, 1, 2, 3]
+    assert read_all(log, "a", "read_uncommitted") == [*values, b"after"]
+    p.close()
+
+
+def test_a_failed_grouped_append_fails_every_batch_in_it_and_the_transaction(
+        log: txlog.Log, monkeypatch: pytest.MonkeyPatch, gates: list[Any]) -> None:
+    gate = AppendGate(monkeypatch, fail_parts=True)
+    gates.append(gate)
+    p = log.producer(transactional_id="gfail", batch_size=300, linger_ms=60_000, retries=0)
+    p.init_transactions()
+    p.begin_transaction()
+    values = [f"x{i}".encode() * 160 for i in range(3)]
+    futures = _behind_a_held_append(p, gate, values)
+    decided = p.commit_transaction_async()
+    gate.wait_uploads(3)
+    gate.open()
+    with pytest.raises(InvalidTxnStateError, match="grouped append failed"):
+        decided.result(60)  # the commit step is skipped for it
+    assert futures[0].get().offset == 0  # appended on its own, before the group
+    for f in futures[1:]:
+        with pytest.raises(StorageError, match="grouped append failed"):
+            f.get()
+    p.abort_transaction()
+    assert read_all(log, "a") == []
+    p.begin_transaction()  # the producer goes on
+    p.send("a", b"next", partition=0)
+    p.commit_transaction()
+    assert read_all(log, "a") == [b"next"]
     p.close()

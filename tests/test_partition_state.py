@@ -9,13 +9,17 @@ write: fenced).  The LSO is the first offset of the earliest transaction still o
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, replace
+from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from txlog.checkpoint import decode_checkpoint, encode_checkpoint
-from txlog.model import ABORT, COMMIT, DATA, Entry
+from txlog.errors import CorruptObjectError
+from txlog.model import ABORT, COMMIT, DATA, PARTS, Entry, decode_entry
 from txlog.partition_state import (
     ABORTED,
     COMMITTED,
@@ -172,7 +176,6 @@ def test_open_transaction_holds_lso_and_late_zombie_batch_does_not() -> None:
 
 
 def test_sequence_checks() -> None:
-    import pytest
 
     from txlog.errors import InvalidProducerEpochError, OutOfOrderSequenceError
 
@@ -189,3 +192,87 @@ def test_sequence_checks() -> None:
                   base_sequence=0, data="b"))
     with pytest.raises(InvalidProducerEpochError):
         s.check_sequence(7, 0, 3, 1, False)
+
+
+def merge_runs(entries: list[Entry]) -> list[Entry]:
+    """The same log with every run of consecutive DATA entries of one producer (same id,
+    epoch and kind of write) written as one entry of parts, as a producer behind a slow
+    committer writes them (encoded and decoded, as a reader meets them)."""
+    out: list[Entry] = []
+    run: list[Entry] = []
+
+    def close() -> None:
+        if not run:
+            return
+        first = run[0]
+        parts = [[e.data, e.count, e.nbytes, e.ts_min, e.ts_max] for e in run]
+        e = replace(first, slot=len(out)) if len(run) == 1 else Entry(
+            slot=len(out), kind=DATA, base_offset=first.base_offset,
+            count=sum(e.count for e in run), producer_id=first.producer_id,
+            epoch=first.epoch, transactional=first.transactional, txn_id=first.txn_id,
+            data=first.data, nbytes=sum(e.nbytes for e in run), extra={PARTS: parts})
+        out.append(decode_entry(e.encode(), f"slot {e.slot}"))
+        run.clear()
+
+    for e in entries:
+        if e.kind == DATA and run and (run[0].producer_id, run[0].epoch,
+                                       run[0].transactional) != (e.producer_id, e.epoch,
+                                                                 e.transactional):
+            close()
+        if e.kind == DATA:
+            run.append(e)
+            continue
+        close()
+        out.append(Entry(slot=len(out), kind=e.kind, base_offset=e.base_offset,
+                         count=e.count, producer_id=e.producer_id, epoch=e.epoch,
+                         transactional=e.transactional))
+    close()
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(OPS, st.integers(0, 60), st.integers(0, 80))
+def test_an_entry_of_parts_replays_as_its_objects_appended_one_by_one(
+        ops: list[tuple[str, int, int]], start: int, length: int) -> None:
+    entries, _ = build(ops)
+    for e in entries:
+        e.nbytes, e.ts_min, e.ts_max = 10 * e.count, e.base_offset, e.base_offset + 1
+    one_by_one, grouped = replay(entries), replay(merge_runs(entries))
+    for col in ("base_offset", "count", "producer_id", "epoch", "status", "data", "nbytes",
+                "ts_min", "ts_max", "row"):
+        assert getattr(grouped.batches, col) == getattr(one_by_one.batches, col), col
+    assert grouped.high_watermark == one_by_one.high_watermark
+    assert grouped.last_stable_offset == one_by_one.last_stable_offset
+    assert grouped.aborted == one_by_one.aborted
+    end = start + length
+    for iso in (READ_COMMITTED, READ_UNCOMMITTED):
+        assert read_offsets(grouped, start, end, iso) == read_offsets(one_by_one, start,
+                                                                       end, iso)
+    again = decode_checkpoint(encode_checkpoint(grouped), "test")
+    assert read_offsets(again, start, end, READ_COMMITTED) == read_offsets(
+        one_by_one, start, end, READ_COMMITTED)
+
+
+def test_an_entry_of_parts_is_refused_by_readers_of_format_1_only() -> None:
+    e = Entry(slot=0, kind=DATA, base_offset=0, count=3, data="a", nbytes=2,
+              extra={PARTS: [["a", 1, 1, 5, 5], ["b", 2, 1, 6, 7]]})
+    assert json.loads(e.encode())["v"] == 2  # an older txlog says "upgrade"
+    plain = Entry(slot=0, kind=DATA, base_offset=0, count=3, data="a")
+    assert json.loads(plain.encode())["v"] == 1  # still readable by one
+    s = PartitionState()
+    s.apply(decode_entry(e.encode(), "x"))
+    assert (s.batches.base_offset, s.batches.data, s.batches.ts_max) == (
+        [0, 1], ["a", "b"], [5, 7])
+
+
+@pytest.mark.parametrize("parts", [
+    [["a", 1, 1, 5, 5], ["b", 1, 1, 6, 7]],  # counts add up to 2, not 3
+    [["b", 1, 1, 5, 5], ["a", 2, 1, 6, 7]],  # the first is not the entry's data
+    [["a", 0, 1, 5, 5], ["b", 3, 1, 6, 7]],  # an empty part
+    [["a", 1, 1, 5], ["b", 2, 1, 6, 7]],  # a field short
+    [],
+])
+def test_an_entry_of_parts_that_does_not_add_up_is_corrupt(parts: list[Any]) -> None:
+    e = Entry(slot=0, kind=DATA, base_offset=0, count=3, data="a", extra={PARTS: parts})
+    with pytest.raises(CorruptObjectError, match="invalid field values"):
+        decode_entry(e.encode(), "x")

@@ -14,7 +14,17 @@ from typing import Any
 from txlog.errors import CorruptObjectError, UnsupportedFormatError
 from txlog.unique import unique
 
-FORMAT_VERSION = 1
+#: The newest entry format this txlog reads.  Version 2 adds DATA entries of several batch
+#: objects (``extra["parts"]``, see PARTS); every other entry is still written as version
+#: 1, so older readers keep reading logs that hold none (and refuse those that do, instead
+#: of misreading them).
+FORMAT_VERSION = 2
+PARTS_VERSION = 2
+#: ``extra`` key of a DATA entry that carries several batch objects, one after another:
+#: a list of ``[key, count, nbytes, ts_min, ts_max]``; the entry's ``data`` is the
+#: first key and its count, nbytes and timestamps cover them all.  One put-if-absent then
+#: appends every object a producer wrote meanwhile, instead of one each.
+PARTS = "parts"
 
 # Entry kinds.
 DATA = "data"
@@ -67,7 +77,7 @@ class Entry:
         # A shallow dict, not asdict(): asdict deep-copies every value, and this runs for
         # every appended batch.  json.dumps copies nothing anyway.
         d = {f: getattr(self, f) for f in _FIELD_NAMES}
-        d["v"] = FORMAT_VERSION
+        d["v"] = PARTS_VERSION if self.extra is not None and self.kind == DATA else 1
         return json.dumps(d, separators=(",", ":"), sort_keys=True).encode()
 
 
@@ -111,6 +121,7 @@ def decode_entry(raw: bytes, where: str) -> Entry:
         or (e.kind == DATA and not isinstance(e.data, str))
         or (e.extra is not None and not isinstance(e.extra, dict))
         or (e.kind == COMPACT and not _valid_compaction(e.extra))
+        or (e.kind == DATA and e.extra is not None and not _valid_parts(e))
     ):
         raise CorruptObjectError(f"log entry {where} has invalid field values")
     return e
@@ -128,6 +139,20 @@ def _valid_types(e: Entry) -> bool:
             and (e.data is None or isinstance(e.data, str))
             and (e.log_start_offset is None or type(e.log_start_offset) is int)
             and isinstance(e.token, str))
+
+
+def _valid_parts(e: Entry) -> bool:
+    """A DATA entry's parts: the first is ``data``, the counts add up to ``count``
+    (replay takes each as a batch of its own)."""
+    assert e.extra is not None
+    parts = e.extra.get(PARTS)
+    if set(e.extra) != {PARTS} or not isinstance(parts, list) or not parts:
+        return False
+    for p in parts:
+        if not (isinstance(p, list) and len(p) == 5 and isinstance(p[0], str) and p[0]
+                and all(type(v) is int for v in p[1:]) and p[1] > 0 and p[2] >= 0):
+            return False
+    return parts[0][0] == e.data and sum(p[1] for p in parts) == e.count
 
 
 def _valid_compaction(x: Any) -> bool:

@@ -20,7 +20,7 @@ from txlog import completions, layout
 from txlog.checkpoint import decode_checkpoint, encode_checkpoint
 from txlog.errors import CorruptObjectError, ObjectNotFoundError
 from txlog.fanout import fan_out
-from txlog.model import CONTROL_KINDS, DATA, Entry, decode_entry
+from txlog.model import CONTROL_KINDS, DATA, PARTS, Entry, decode_entry
 from txlog.partition_state import PartitionState, ReadSpan
 from txlog.records import has_kafka_fields, now_ms
 from txlog.storage.base import ObjectStore
@@ -45,6 +45,21 @@ class AppendResult:
     duplicate: bool = False
 
 
+#: One batch object of a DATA entry of several: key, count, nbytes, ts_min, ts_max, untimed.
+Part = tuple[str, int, int, "int | None", "int | None", bool]
+
+
+def _stamp(ts_min: int | None, ts_max: int | None, untimed: bool,
+           append_ms: int) -> tuple[int, int]:
+    """A batch's timestamp range as its entry records it: records without a timestamp
+    of their own (None: none has one; ``untimed``: some) take the append time."""
+    lo = append_ms if ts_min is None else ts_min
+    hi = append_ms if ts_max is None else ts_max
+    if untimed:  # time lookups and retention see the records' append time
+        lo, hi = min(lo, append_ms), max(hi, append_ms)
+    return lo, hi
+
+
 @dataclass(slots=True)
 class AppendSpec:
     kind: str
@@ -63,6 +78,10 @@ class AppendSpec:
     untimed: bool = False
     log_start_offset: int | None = None
     extra: dict[str, Any] | None = None
+    #: A DATA append of several batch objects in one entry (see model.PARTS): each
+    #: (key, count, nbytes, ts_min, ts_max, untimed), as the single-object fields are;
+    #: ``data``, ``count``, ``nbytes`` and the timestamps are then taken from them.
+    parts: list[Part] | None = None
 
 
 def _parallel(store: ObjectStore) -> bool:
@@ -184,6 +203,10 @@ class PartitionLog:
             return self._append(spec)
 
     def _append(self, spec: AppendSpec) -> AppendResult:
+        if spec.parts is not None:  # the entry's totals are the parts' (never out of step)
+            spec.data = spec.parts[0][0]
+            spec.count = sum(p[1] for p in spec.parts)
+            spec.nbytes = sum(p[2] for p in spec.parts)
         st = self.current()
         while True:
             if spec.kind == DATA:
@@ -197,17 +220,23 @@ class PartitionLog:
                 # already decided it here (roll-forwards race).
                 return AppendResult(st.high_watermark, -1, duplicate=True)
             append_ms = now_ms()
-            ts_min = append_ms if spec.ts_min is None else spec.ts_min
-            ts_max = append_ms if spec.ts_max is None else spec.ts_max
-            if spec.untimed:  # time lookups and retention see the records' append time
-                ts_min, ts_max = min(ts_min, append_ms), max(ts_max, append_ms)
+            extra = spec.extra
+            if spec.parts is None:
+                ts_min, ts_max = _stamp(spec.ts_min, spec.ts_max, spec.untimed, append_ms)
+            else:
+                stamps = [_stamp(lo, hi, untimed, append_ms)
+                          for _, _, _, lo, hi, untimed in spec.parts]
+                ts_min = min(lo for lo, _ in stamps)
+                ts_max = max(hi for _, hi in stamps)
+                extra = {PARTS: [[key, n, nb, lo, hi] for (key, n, nb, *_), (lo, hi)
+                                 in zip(spec.parts, stamps, strict=True)]}
             entry = Entry(
                 slot=st.next_slot, kind=spec.kind, base_offset=st.high_watermark,
                 count=spec.count, producer_id=spec.producer_id, epoch=spec.epoch,
                 base_sequence=spec.base_sequence, transactional=spec.transactional,
                 txn_id=spec.txn_id, data=spec.data, nbytes=spec.nbytes, ts_min=ts_min,
                 ts_max=ts_max, append_ms=append_ms, log_start_offset=spec.log_start_offset,
-                extra=spec.extra,
+                extra=extra,
             )
             key = layout.entry_key(self.topic, self.partition, entry.slot)
             if self.store.put_if_absent(key, entry.encode()):

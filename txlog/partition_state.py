@@ -29,7 +29,7 @@ from txlog.errors import (
     OutOfOrderSequenceError,
     ProducerFencedError,
 )
-from txlog.model import ABORT, COMMIT, COMPACT, DATA, PURGE, RETENTION, Entry
+from txlog.model import ABORT, COMMIT, COMPACT, DATA, PARTS, PURGE, RETENTION, Entry
 
 # Batch statuses.
 PLAIN = 0  # non-transactional: visible once appended
@@ -141,6 +141,22 @@ class BatchColumns:
         self.row.append(0)
         return len(self.base_offset) - 1
 
+    def add_part(self, e: Entry, status: int, base_offset: int, part: list[Any]) -> None:
+        """One batch object of a DATA entry of several (see model.PARTS)."""
+        key, count, nbytes, ts_min, ts_max = part
+        self.base_offset.append(base_offset)
+        self.count.append(count)
+        self.producer_id.append(e.producer_id)
+        self.epoch.append(e.epoch)
+        self.status.append(status)
+        self.data.append(key)
+        self.nbytes.append(nbytes)
+        self.ts_min.append(ts_min)
+        self.ts_max.append(ts_max)
+        self.append_ms.append(e.append_ms)
+        self.txn_id.append(e.txn_id)
+        self.row.append(0)
+
     def drop_before(self, n: int) -> None:
         for name in self.__slots__:
             del getattr(self, name)[:n]
@@ -244,14 +260,24 @@ class PartitionState:
             # A newer epoch from pid means any older open epoch of pid is over.
             for key in [k for k in self.open_txns if k[0] == pid and k[1] < e.epoch]:
                 self._close(key, FENCED, e.base_offset)
-        self.batches.add(e, status)
+        parts = e.extra.get(PARTS) if e.extra is not None else None
+        offsets = [e.base_offset]
+        if parts is None:
+            self.batches.add(e, status)
+        else:  # several objects in one entry: a batch each, as if appended one by one
+            offsets = []
+            base = e.base_offset
+            for part in parts:
+                self.batches.add_part(e, status, base, part)
+                offsets.append(base)
+                base += part[1]
         if status == OPEN:
             key = (pid, e.epoch)
             txn = self.open_txns.get(key)
             if txn is None:
                 txn = OpenTxn(pid, e.epoch, e.base_offset, e.txn_id, first_append_ms=e.append_ms)
                 self.open_txns[key] = txn
-            txn.batches.append(e.base_offset)
+            txn.batches.extend(offsets)
         if e.base_sequence >= 0 and pid >= 0:
             self._record_sequence(e)
 

@@ -72,7 +72,7 @@ from txlog.metrics import record_end_txn
 from txlog.model import DATA
 from txlog.names import CONSUMER_OFFSETS_TOPIC, validate_id
 from txlog.offsets import encode_offset_commits, offsets_partition
-from txlog.partition_log import AppendResult, AppendSpec, PartitionLog
+from txlog.partition_log import AppendResult, AppendSpec, Part, PartitionLog
 from txlog.partitioner import RoundRobin, partition_for_key
 from txlog.records import (
     CheckedRow,
@@ -211,7 +211,8 @@ class _Completion:
 class _Upload:
     """The batch objects of one queued step; batches may join it until it starts."""
 
-    __slots__ = ("batches", "dispatched", "nbytes", "started", "step", "uploaded")
+    __slots__ = ("batches", "claimed", "commit", "dispatched", "nbytes", "started", "step",
+                 "uploaded")
 
     def __init__(self, batches: list[tuple[TopicPartition, _PendingBatch]]) -> None:
         self.batches = batches
@@ -220,6 +221,10 @@ class _Upload:
         self.dispatched = False  # handed to a writer thread (see Producer._dispatch)
         self.step = 0  # its number among the queued steps, once queued
         self.uploaded: Uploaded | None = None  # the objects' keys, once written
+        self.commit = False  # the step commits the transaction (after its batches)
+        # Its batches' entries were appended by an earlier step (Producer._claim_ready):
+        # it has nothing left to write.
+        self.claimed = False
 
 
 class SendFuture:
@@ -375,6 +380,10 @@ class Producer:
         self._queued_bytes = 0
         self._queued_steps = 0
         self._steps: collections.deque[Future[Any]] = collections.deque()  # for back-pressure
+        # Steps queued and not started, in the committer's order (see _claim_ready), and
+        # the one it runs.
+        self._order: collections.deque[_Upload] = collections.deque()
+        self._running: _Upload | None = None
         # Steps whose uploads wait for a slot (see _dispatch), and the steps being
         # written or waiting for their entries.
         self._to_upload: collections.deque[_Upload] = collections.deque()
@@ -769,8 +778,10 @@ class Producer:
             with self._qlock:  # callers on several threads: one order of steps, _pipeline
                 self._step_ids += 1
                 step.step = self._step_ids
+                step.commit = outcome is not None
                 fut = self._committer.submit(self._run_queued, fn, batches, step,
                                              uploaded, self._step_ids, outcome)
+                self._order.append(step)  # (under _qlock: before the step can start)
                 if outcome is not None:  # a commit: later batches never join this
                     self._tails.clear()  # transaction's (cleared with the step queued)
                     self._closed_through = step.step
@@ -799,6 +810,12 @@ class Producer:
                     upload: _Upload, uploaded: Uploaded | None, step: int,
                     outcome: list[Future[None]] | None) -> Any:
         self._committer_ident = threading.get_ident()
+        with self._qlock:
+            if self._order and self._order[0] is upload:
+                self._order.popleft()
+            elif upload in self._order:  # (steps start in order: not expected)
+                self._order.remove(upload)
+        self._running = upload
         try:
             if self._pipeline_error is not None or step <= self._skip_through:
                 # Skipped: an earlier step failed.  In a transaction, the open
@@ -813,16 +830,19 @@ class Producer:
                     if uploaded is not None and not upload.dispatched:
                         self._to_upload.remove(upload)  # and nothing uploads for it
                         uploaded.set_exception(exc)
-                self._fail_batches([b for _, b in batches], exc)
+                if not upload.claimed:  # (else the step that claimed it settled them)
+                    self._fail_batches([b for _, b in batches], exc)
                 for f in outcome or ():
                     _resolve(f, exc)
-                if uploaded is not None:
+                if uploaded is not None and not upload.claimed:  # (claimed: attempted)
                     wait([uploaded])
                     if uploaded.exception() is None:
                         self._discard_keys([tp for tp, _ in batches],
                                            [w.key for w in uploaded.result()])
                 raise exc
             try:
+                if upload.claimed:  # its entries are appended: only a commit is left
+                    batches, uploaded = [], None
                 if outcome is not None:
                     return fn(batches, uploaded, outcome)
                 return fn(batches, uploaded)
@@ -842,6 +862,7 @@ class Producer:
                             self._linger_error = exc
                 raise
         finally:
+            self._running = None
             with self._qlock:
                 self._queued_bytes -= upload.nbytes
                 self._queued_steps -= 1
@@ -1292,20 +1313,65 @@ class Producer:
         except BaseException as exc:
             self._fail_batches([b for _, b in batches], exc)
             raise
-        self._append_entries(batches, written)
+        group = [(batches, written)]
+        running = self._running
+        if running is not None and not running.commit:
+            group += self._claim_ready()
+        self._append_entries(group)
 
-    def _append_entries(self, batches: list[tuple[TopicPartition, _PendingBatch]],
-                        written: list[_Written]) -> None:
-        for i, ((tp, batch), w) in enumerate(zip(batches, written, strict=True)):
+    def _claim_ready(self) -> list[tuple[list[tuple[TopicPartition, _PendingBatch]],
+                                          list[_Written]]]:
+        """Take over the appends of the steps queued right behind the running one whose
+        objects are written already, up to and including a commit's (not past it: the
+        next transaction's batches follow its decision).  Behind a slow committer, one
+        entry per partition then appends what several steps wrote, instead of one entry
+        per object: on S3 each is a conditional put of 3-7 ms, and a transaction's
+        commit waited for them one by one."""
+        out: list[tuple[list[tuple[TopicPartition, _PendingBatch]], list[_Written]]] = []
+        with self._qlock:
+            if self._pipeline_error is not None:
+                return out
+            for u in self._order:
+                up = u.uploaded
+                if u.claimed or up is None or not up.done() or up.exception() is not None \
+                        or u.step <= self._skip_through:
+                    break
+                if self.transactional_id is not None and \
+                        any(tp not in self._registered for tp, _ in u.batches):
+                    break  # it registers a partition first, in its own turn
+                u.claimed = True
+                out.append((u.batches, up.result()))
+                if u.commit:
+                    break
+        return out
+
+    def _append_entries(self, group: list[tuple[list[tuple[TopicPartition, _PendingBatch]],
+                                                list[_Written]]]) -> None:
+        """Append the written objects of one or more steps (in their order): one entry
+        per partition, of several objects where a partition has several."""
+        by_tp: dict[TopicPartition, list[tuple[_PendingBatch, _Written]]] = {}
+        for batches, written in group:
+            for (tp, batch), w in zip(batches, written, strict=True):
+                by_tp.setdefault(tp, []).append((batch, w))
+        items = list(by_tp.items())
+        for i, (tp, parts) in enumerate(items):
             try:
-                base = self._append_object(tp, w.key, w.rows, w.nbytes, w.ts_min, w.ts_max,
-                                           w.untimed)
+                if len(parts) == 1:
+                    w = parts[0][1]
+                    base = self._append_object(tp, w.key, w.rows, w.nbytes, w.ts_min,
+                                               w.ts_max, w.untimed)
+                else:
+                    base = self._append_object(tp, "", 0, 0, None, None, parts=[
+                        (w.key, w.rows, w.nbytes, w.ts_min, w.ts_max, w.untimed)
+                        for _, w in parts])
             except BaseException as exc:
-                self._fail_batches([b for _, b in batches[i:]], exc)
+                self._fail_batches([b for _, ps in items[i:] for b, _ in ps], exc)
                 raise
-            for f in batch.futures:
-                f._done(base)
-            batch.set_written()
+            for batch, w in parts:
+                for f in batch.futures:
+                    f._done(base)
+                batch.set_written()
+                base += w.rows
 
     @staticmethod
     def _joined_table(batch: _PendingBatch) -> pa.Table:
@@ -1357,9 +1423,16 @@ class Producer:
         return self._append_object(tp, key, table.num_rows, nbytes, ts_min, ts_max, untimed)
 
     def _append_object(self, tp: TopicPartition, key: str, num_rows: int, nbytes: int,
-                       ts_min: int | None, ts_max: int | None, untimed: bool = False) -> int:
+                       ts_min: int | None, ts_max: int | None, untimed: bool = False,
+                       parts: list[Part] | None = None) -> int:
         """Register ``tp`` with the transaction (before the first write to it), then claim
-        the partition's next slot for the batch object ``key``."""
+        the partition's next slot for the batch object ``key`` (or for ``parts``, several
+        objects in one entry: the other arguments are then taken from them)."""
+        if parts is not None:
+            num_rows = sum(p[1] for p in parts)
+            now = now_ms()  # each part stamped as a single object's entry is, below
+            parts = [(k, n, nb, now, now, False) if not untimed and not lo and not hi
+                     else (k, n, nb, lo, hi, untimed) for k, n, nb, lo, hi, untimed in parts]
         self._register([tp])
         plog = self.log.partition_log(tp)
         if self._reset_pid:
@@ -1376,7 +1449,7 @@ class Producer:
             kind=DATA, count=num_rows, producer_id=self.producer_id, epoch=self.epoch,
             base_sequence=seq, transactional=self.transactional_id is not None,
             txn_id=self.transactional_id, data=key, nbytes=nbytes, ts_min=ts_min,
-            ts_max=ts_max, untimed=untimed)
+            ts_max=ts_max, untimed=untimed, parts=parts)
         try:
             res = self._append_with_retries(plog, spec)
         except Exception:
