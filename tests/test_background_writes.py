@@ -8,13 +8,19 @@ import threading
 from concurrent.futures import wait
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from test_transactions import read_all
 
 import txlog
 from txlog import TopicPartition
 from txlog import producer as producer_mod
-from txlog.errors import InvalidTxnStateError, StorageError
+from txlog.errors import (
+    InvalidTxnStateError,
+    SchemaMismatchError,
+    StorageError,
+    UnknownTopicError,
+)
 from txlog.partition_log import PartitionLog
 
 
@@ -555,4 +561,82 @@ def test_a_failed_grouped_append_fails_every_batch_in_it_and_the_transaction(
     p.send("a", b"next", partition=0)
     p.commit_transaction()
     assert read_all(log, "a") == [b"next"]
+    p.close()
+
+
+def test_a_failed_group_deletes_the_objects_it_never_tried_to_append(
+        log: txlog.Log, monkeypatch: pytest.MonkeyPatch, gates: list[Any]) -> None:
+    """The group fails at partition 0: partition 1's object in it was never named by any
+    append, so nothing can read it and it is deleted; partition 0's may have landed (an
+    outcome can be unknown), so those stay."""
+    gate = AppendGate(monkeypatch, fail_parts=True)
+    gates.append(gate)
+    p = log.producer(transactional_id="gleak", batch_size=300, linger_ms=60_000, retries=0)
+    p.init_transactions()
+    p.begin_transaction()
+    p.send("a", b"a" * 400, partition=1)  # its append is held
+    assert gate.held.wait(60)
+    p.send("a", b"b" * 400, partition=0)  # registers partition 0 in its own turn
+    p.send("a", b"c" * 200, partition=0)  # the commit's: partitions 0 and 1
+    p.send("a", b"d" * 200, partition=1)
+    decided = p.commit_transaction_async()
+    gate.wait_uploads(3)
+    gate.open()
+    with pytest.raises(InvalidTxnStateError, match="grouped append failed"):
+        decided.result(60)
+    p.abort_transaction()
+    p.close()
+    objects = {tp: log.store.list(f"topics/a/{tp}/data/") for tp in (0, 1)}
+    assert len(objects[0]) == 2  # b and c: their append was tried
+    assert len(objects[1]) == 1  # a (appended); d was deleted
+    assert read_all(log, "a", "read_uncommitted") == [b"a" * 400]
+
+
+@pytest.mark.parametrize("transactional", [True, False])
+def test_an_empty_send_batch_writes_nothing_and_hides_no_record(
+        log: txlog.Log, transactional: bool) -> None:
+    """An empty table is checked and then left out: a batch of no records started where
+    the next batch does, and its commit marked only the empty one committed, so the
+    record sent after it never became visible to read_committed readers."""
+    empty = pa.table({"key": pa.array([], pa.binary()), "value": pa.array([], pa.binary())})
+    p = log.producer(transactional_id="empty" if transactional else None)
+    if transactional:
+        p.init_transactions()
+        p.begin_transaction()
+    p.send_batch("a", empty, partition=0)
+    p.flush()
+    p.send("a", b"after", partition=0)
+    with pytest.raises(SchemaMismatchError):
+        p.send_batch("a", pa.table({"x": pa.array([], pa.int64())}), partition=0)
+    with pytest.raises(UnknownTopicError):
+        p.send_batch("a", empty, partition=7)
+    if transactional:
+        p.commit_transaction()
+    p.flush()
+    assert read_all(txlog.connect(log.url), "a") == [b"after"]
+    st = txlog.connect(log.url).partition_log(TopicPartition("a", 0)).refresh()
+    assert st.batches.count == [1]
+    p.close()
+
+
+def test_append_parts_false_appends_one_entry_per_object(
+        log: txlog.Log, monkeypatch: pytest.MonkeyPatch, gates: list[Any]) -> None:
+    """``append.parts=false`` keeps a producer's entries readable by txlog 0.1 (format
+    version 1): the same backlog as above, one entry per object."""
+    from test_bad_input import data_entries
+
+    gate = AppendGate(monkeypatch)
+    gates.append(gate)
+    p = log.producer(transactional_id="v1", batch_size=300, linger_ms=60_000,
+                     **{"append.parts": False})
+    p.init_transactions()
+    p.begin_transaction()
+    values = [f"v{i}".encode() * 160 for i in range(3)]
+    _behind_a_held_append(p, gate, values)
+    decided = p.commit_transaction_async()
+    gate.wait_uploads(3)
+    gate.open()
+    decided.result(60)
+    assert [(e.count, e.extra) for e in data_entries(log, "a", 0)] == [(1, None)] * 3
+    assert read_all(log, "a") == values
     p.close()

@@ -276,3 +276,26 @@ def test_an_entry_of_parts_that_does_not_add_up_is_corrupt(parts: list[Any]) -> 
     e = Entry(slot=0, kind=DATA, base_offset=0, count=3, data="a", extra={PARTS: parts})
     with pytest.raises(CorruptObjectError, match="invalid field values"):
         decode_entry(e.encode(), "x")
+
+
+def test_a_commit_marks_every_batch_of_its_transaction_also_after_an_empty_one() -> None:
+    """Older producers wrote a DATA entry of no records for an empty send_batch(): it
+    starts where the next batch does, and the commit used to mark only the first batch
+    at that offset, so the records after it stayed open, never readable."""
+    entries = [
+        Entry(slot=0, kind=DATA, base_offset=0, count=0, producer_id=1, epoch=0,
+              transactional=True, data="empty", txn_id="t"),
+        Entry(slot=1, kind=DATA, base_offset=0, count=2, producer_id=2, epoch=0,
+              transactional=True, data="other", txn_id="u"),
+        Entry(slot=2, kind=DATA, base_offset=2, count=0, producer_id=2, epoch=0,
+              transactional=True, data="empty2", txn_id="u"),
+        Entry(slot=3, kind=DATA, base_offset=2, count=3, producer_id=2, epoch=0,
+              transactional=True, data="real", txn_id="u"),
+        Entry(slot=4, kind=COMMIT, base_offset=5, count=1, producer_id=2, epoch=0,
+              transactional=True),
+        Entry(slot=5, kind=ABORT, base_offset=6, count=1, producer_id=1, epoch=0,
+              transactional=True),
+    ]
+    s = replay(entries)
+    assert s.batches.status == [ABORTED, COMMITTED, COMMITTED, COMMITTED]
+    assert read_offsets(s, 0, None, READ_COMMITTED) == [0, 1, 2, 3, 4]

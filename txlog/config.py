@@ -29,6 +29,9 @@ DEFAULTS: dict[str, tuple[Any, type, str]] = {
                                        "send() waits for the oldest (at least two batches)"),
     "enable.idempotence": (True, bool, "producer: per-partition sequence numbers"),
     "retries": (5, int, "producer: retries of an append whose outcome is unknown"),
+    "append.parts": (True, bool, "producer: one log entry may append several batch objects "
+                                 "(format version 2: set false while txlog before 0.2 "
+                                 "still reads the topics)"),
     "checkpoint.interval.batches": (1000, int, "write a partition checkpoint every N batches"),
     "retention.ms": (-1, int, "delete batches older than this (-1: keep forever)"),
     "retention.bytes": (-1, int, "delete oldest batches beyond this size (-1: no limit)"),

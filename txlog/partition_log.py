@@ -204,6 +204,13 @@ class PartitionLog:
 
     def _append(self, spec: AppendSpec) -> AppendResult:
         if spec.parts is not None:  # the entry's totals are the parts' (never out of step)
+            # A part of no records would start where the next one does; readers refuse it.
+            spec.parts = [p for p in spec.parts if p[1] > 0] or spec.parts[:1]
+            if len(spec.parts) == 1 or spec.parts[0][1] <= 0:
+                spec.data, spec.count, spec.nbytes, spec.ts_min, spec.ts_max, \
+                    spec.untimed = spec.parts[0]
+                spec.parts = None
+        if spec.parts is not None:
             spec.data = spec.parts[0][0]
             spec.count = sum(p[1] for p in spec.parts)
             spec.nbytes = sum(p[2] for p in spec.parts)

@@ -166,12 +166,6 @@ class BatchColumns:
         for name in self.__slots__:
             getattr(self, name)[i:j] = [r[name] for r in rows]
 
-    def index_of(self, offset: int) -> int:
-        """Index of the batch starting at ``offset`` (which must exist)."""
-        i = bisect.bisect_left(self.base_offset, offset)
-        if i == len(self.base_offset) or self.base_offset[i] != offset:
-            raise KeyError(offset)
-        return i
 
 
 @dataclass
@@ -304,11 +298,16 @@ class PartitionState:
 
     def _close(self, key: tuple[int, int], status: int, marker_offset: int) -> None:
         txn = self.open_txns.pop(key)
-        for off in txn.batches:
-            try:
-                self.batches.status[self.batches.index_of(off)] = status
-            except KeyError:
-                pass  # already dropped by retention
+        b = self.batches
+        for off in dict.fromkeys(txn.batches):
+            # Every open batch of the transaction at this offset: a batch of no records
+            # (older producers wrote them for an empty send_batch()) starts where the
+            # next one does.  None left: dropped by retention.
+            i = bisect.bisect_left(b.base_offset, off)
+            while i < len(b.base_offset) and b.base_offset[i] == off:
+                if (b.producer_id[i], b.epoch[i]) == key and b.status[i] == OPEN:
+                    b.status[i] = status
+                i += 1
         if status == ABORTED:
             self.aborted.append(AbortedTxn(txn.producer_id, txn.first_offset, marker_offset))
 

@@ -320,7 +320,7 @@ class _Written(NamedTuple):
 
 Uploaded = Future[list[_Written]]
 
-_PRODUCER_KEYS = {"batch.size", "linger.ms", "buffer.memory", "enable.idempotence",
+_PRODUCER_KEYS = {"batch.size", "linger.ms", "buffer.memory", "enable.idempotence", "append.parts",
                   "transaction.timeout.ms", "retries"}
 
 
@@ -350,6 +350,7 @@ class Producer:
         self.idempotent = bool(cfg["enable.idempotence"]) or transactional_id is not None
         self.timeout_ms = int(cfg["transaction.timeout.ms"])
         self.retries = int(cfg["retries"])
+        self.append_parts = bool(cfg["append.parts"])
         self._lock = threading.RLock()
         self._pending: dict[TopicPartition, _PendingBatch] = {}
         # Why records cannot be queued now (None: they can); read and set under _lock. A
@@ -1034,9 +1035,16 @@ class Producer:
         """Queue an Arrow table of records (columns of the topic, or key/value/headers/
         timestamp for Kafka-shaped topics) for one partition."""
         self._check_can_send()
-        self._topic_info(topic)  # an unknown topic fails the open transaction
+        info = self._topic_info(topic)  # an unknown topic fails the open transaction
         if not isinstance(table, pa.Table):
             raise TypeError("send_batch() takes a pyarrow.Table")
+        if not table.num_rows:
+            # Checked all the same, then nothing to write: a batch of no records would
+            # start where the next one does.
+            conform(table, info.schema, topic, kafka_shaped=info.kafka_shaped)
+            if partition is not None:
+                self._choose_partition(topic, info.partitions, partition, None)
+            return None
         self._queue_table(topic, table, partition, None)
         return None
 
@@ -1315,7 +1323,7 @@ class Producer:
             raise
         group = [(batches, written)]
         running = self._running
-        if running is not None and not running.commit:
+        if running is not None and not running.commit and self.append_parts:
             group += self._claim_ready()
         self._append_entries(group)
 
@@ -1366,6 +1374,10 @@ class Producer:
                         for _, w in parts])
             except BaseException as exc:
                 self._fail_batches([b for _, ps in items[i:] for b, _ in ps], exc)
+                # The later partitions' objects: no append named them (this one's may
+                # have landed).  Nothing else deletes a claimed step's.
+                later = [(t, w.key) for t, ps in items[i + 1:] for _, w in ps]
+                self._discard_keys([t for t, _ in later], [k for _, k in later])
                 raise
             for batch, w in parts:
                 for f in batch.futures:
