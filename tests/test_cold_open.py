@@ -10,8 +10,9 @@ from typing import Any
 import pyarrow as pa
 
 import txlog
-from txlog import TopicPartition
+from txlog import TopicPartition, layout
 from txlog.partition_log import TAIL_CHECKPOINT
+from txlog.records import kafka_table
 
 
 def test_a_long_tail_is_replayed_once_then_checkpointed(tmp_path: Path) -> None:
@@ -84,3 +85,40 @@ def test_spark_commits_in_one_worker_read_only_new_entries(tmp_path: Path,
     while batch := c.poll(1000):
         got.extend(batch)
     assert len(got) == 12 * 4 * 3
+
+
+def test_a_checkpoint_with_a_batch_open_outside_any_transaction_is_replayed(
+        tmp_path: Path) -> None:
+    """txlog 0.1 wrote a DATA entry of no records for an empty send_batch(); its commit
+    then marked only that one and left the next batch (same offset) open with no open
+    transaction, and checkpoints kept it so: read_committed never returned those
+    records.  Such a checkpoint is refused, and the log replayed, which commits them."""
+    from txlog.checkpoint import encode_checkpoint
+    from txlog.model import COMMIT, DATA
+    from txlog.partition_log import AppendSpec
+    from txlog.partition_state import COMMITTED, OPEN
+
+    lg = txlog.connect(str(tmp_path))
+    lg.create_topic("t", partitions=1)
+    tp = TopicPartition("t", 0)
+    plog = lg.partition_log(tp)
+    key, nbytes = plog.write_data(kafka_table([(None, f"v{i}".encode(), None, 5)
+                                               for i in range(3)]))
+    empty, _ = plog.write_data(kafka_table([]))
+    for spec in (AppendSpec(kind=DATA, count=0, producer_id=7, epoch=0, transactional=True,
+                            txn_id="x", data=empty),
+                 AppendSpec(kind=DATA, count=3, producer_id=7, epoch=0, transactional=True,
+                            txn_id="x", data=key, nbytes=nbytes),
+                 AppendSpec(kind=COMMIT, count=1, producer_id=7, epoch=0,
+                            transactional=True)):
+        plog.append(spec)
+    stranded = plog.refresh()
+    assert stranded.batches.status == [COMMITTED, COMMITTED]
+    stranded.batches.status[1] = OPEN  # as 0.1's commit left it
+    lg.store.put(layout.checkpoint_key("t", 0, stranded.next_slot),
+                 encode_checkpoint(stranded))
+    fresh = txlog.connect(str(tmp_path))
+    c = fresh.consumer(auto_offset_reset="earliest")
+    c.assign([tp])
+    assert [r.value for r in c.poll(10_000)] == [b"v0", b"v1", b"v2"]
+    assert fresh.partition_log(tp).current().batches.status == [COMMITTED, COMMITTED]

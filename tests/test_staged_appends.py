@@ -12,6 +12,7 @@ import pytest
 import txlog
 from txlog import TopicPartition, layout
 from txlog.errors import InvalidTxnStateError, ProducerFencedError, StorageError
+from txlog.offsets import offsets_partition
 from txlog.partition_log import AppendSpec, PartitionLog
 from txlog.producer import StagedObject, State
 from txlog.records import kafka_table
@@ -222,3 +223,26 @@ def test_crash_point_hits_are_counted_across_threads(monkeypatch: pytest.MonkeyP
     finally:
         sys.setswitchinterval(old)
     assert cp._hits["x"] == 8 * 20_000
+
+
+def test_objects_and_offsets_of_no_records_are_left_out() -> None:
+    """A staged object of no records, and empty offsets, append nothing (a DATA entry of
+    no records would start where the next batch does): send_staged() gives -1 for it,
+    as Kafka gives for an offset it does not know, and the rest land as usual."""
+    lg = txlog.connect(f"memory://staged/{uuid.uuid4().hex}")
+    lg.create_topic("t", partitions=2)
+    p = lg.producer(transactional_id="zero")
+    p.init_transactions()
+    p.begin_transaction()
+    [one] = stage(lg, "t", {0: 1})
+    tp0, tp1 = TopicPartition("t", 0), TopicPartition("t", 1)
+    empty_key, empty_bytes = lg.partition_log(tp1).write_data(kafka_table([]))
+    empty = StagedObject(tp1, empty_key, 0, empty_bytes)
+    assert p.send_staged_many([empty, one, empty]) == [-1, 0, -1]
+    assert p.send_staged(tp1, empty_key, 0, empty_bytes) == -1
+    p.send_offsets_to_transaction({}, "g")
+    p.commit_transaction()
+    assert entries(lg, tp1) == 0
+    assert entries(lg, offsets_partition(lg, "g")) == 0
+    assert values(lg, tp0) == [(0, b"0-0")]
+    p.close()

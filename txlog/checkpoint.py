@@ -14,6 +14,7 @@ import pyarrow as pa
 
 from txlog.errors import CorruptObjectError, UnsupportedFormatError
 from txlog.partition_state import (
+    OPEN,
     AbortedTxn,
     BatchColumns,
     OpenTxn,
@@ -108,4 +109,15 @@ def decode_checkpoint(raw: bytes, where: str) -> PartitionState:
         raise CorruptObjectError(f"checkpoint {where} has invalid contents ({exc})") from None
     if len(st.batches.data) and any(x is None for x in st.batches.base_offset):
         raise CorruptObjectError(f"checkpoint {where} has null offsets")
+    b = st.batches
+    if OPEN in b.status:  # (a scan in C: few batches are open, most often none)
+        for off, pid, epoch, status in zip(b.base_offset, b.producer_id, b.epoch, b.status,
+                                           strict=True):
+            if status == OPEN and (pid, epoch) not in st.open_txns:
+                # txlog 0.1 left such a batch after a batch of no records at its offset;
+                # replaying the log gives it its transaction's outcome.
+                raise CorruptObjectError(
+                    f"checkpoint {where} marks the batch at offset {off} open, outside "
+                    "any open transaction; txlog falls back to an older checkpoint or the "
+                    "log itself")
     return st

@@ -489,6 +489,8 @@ class Producer:
         self._check_state(State.IN_TRANSACTION, "send_offsets_to_transaction()")
         validate_id("group.id", group_id)
         self._topic_info(CONSUMER_OFFSETS_TOPIC)  # a failure here fails the transaction
+        if not offsets:
+            return  # nothing to commit (as in Kafka): no batch of no records
         tp = offsets_partition(self.log, group_id)
         table = encode_offset_commits(group_id, offsets)
         with self._lock:
@@ -500,7 +502,9 @@ class Producer:
                     untimed: bool = False) -> int:
         """Append an already-written batch object (e.g. a Spark task's staged Parquet file)
         to ``tp`` without copying it; returns its base offset.  The object must match the
-        topic's schema; the caller checked it when it wrote the file."""
+        topic's schema; the caller checked it when it wrote the file.  An object of no
+        records is left out (-1, as Kafka gives for an offset it does not know): a batch
+        of none would start where the next one does."""
         if self.transactional_id is not None:
             self._check_state(State.IN_TRANSACTION, "send_staged()")
         tp = TopicPartition(*tp)
@@ -508,6 +512,8 @@ class Producer:
         self.log.partition_log(tp)  # validates topic and partition
         with self._lock:
             self._check_sends_open("send_staged()")
+            if num_rows <= 0:
+                return -1
             return int(self._guard(lambda: self._append_object(
                 tp, data_key, num_rows, nbytes, ts_min, ts_max, untimed)))
 
@@ -515,7 +521,8 @@ class Producer:
         """send_staged() for several objects: each partition's appends in the given
         order, different partitions' at the same time in a transaction (their logs are
         independent; the commit comes after all of them, as always).  Returns the base
-        offsets in the order of ``items``."""
+        offsets in the order of ``items`` (-1 for an object of no records, left out as
+        send_staged() leaves it)."""
         if self.transactional_id is not None:
             self._check_state(State.IN_TRANSACTION, "send_staged_many()")
         groups: dict[TopicPartition, list[int]] = {}
@@ -523,8 +530,9 @@ class Producer:
             tp = TopicPartition(*it.tp)
             self._topic_info(tp.topic)  # a failure here fails the transaction
             self.log.partition_log(tp)  # validates topic and partition
-            groups.setdefault(tp, []).append(i)
-        bases = [0] * len(items)
+            if it.rows > 0:
+                groups.setdefault(tp, []).append(i)
+        bases = [-1] * len(items)
         stop = threading.Event()  # one partition failed: the others stop appending
 
         def append(i: int) -> None:
@@ -548,7 +556,8 @@ class Producer:
             if self.transactional_id is None or len(groups) < 2:
                 # In the given order: a plain producer's appends land as they go.
                 for i in range(len(items)):
-                    append(i)
+                    if items[i].rows > 0:
+                        append(i)
                 return
             # Every append has ended before the caller goes on.
             errors = [e for e in fanout.errors(one_partition, list(groups)) if e is not None]
