@@ -167,7 +167,6 @@ class BatchColumns:
             getattr(self, name)[i:j] = [r[name] for r in rows]
 
 
-
 @dataclass
 class PartitionState:
     next_slot: int = 0

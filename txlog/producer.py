@@ -320,8 +320,8 @@ class _Written(NamedTuple):
 
 Uploaded = Future[list[_Written]]
 
-_PRODUCER_KEYS = {"batch.size", "linger.ms", "buffer.memory", "enable.idempotence", "append.parts",
-                  "transaction.timeout.ms", "retries"}
+_PRODUCER_KEYS = {"batch.size", "linger.ms", "buffer.memory", "enable.idempotence",
+                  "append.parts", "transaction.timeout.ms", "retries"}
 
 
 class Producer:
