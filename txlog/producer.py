@@ -187,6 +187,15 @@ class _PendingBatch:
         self.nbytes += later.nbytes
 
 
+def _given_or_now(ts_min: int | None, ts_max: int | None, untimed: bool,
+                  now: int) -> tuple[int | None, int | None]:
+    """A batch's timestamp range for its entry: (0, 0) with no record untimed means none
+    was given (a staged object's default), so the append time stands for it."""
+    if not untimed and not ts_min and not ts_max:
+        return now, now
+    return ts_min, ts_max
+
+
 def _resolve(fut: Future[None], exc: BaseException | None = None) -> None:
     """Resolve ``fut`` unless it already is (two threads may finish one completion)."""
     with contextlib.suppress(InvalidStateError):
@@ -1449,11 +1458,12 @@ class Producer:
         """Register ``tp`` with the transaction (before the first write to it), then claim
         the partition's next slot for the batch object ``key`` (or for ``parts``, several
         objects in one entry: the other arguments are then taken from them)."""
-        if parts is not None:
+        now = now_ms()
+        ts_min, ts_max = _given_or_now(ts_min, ts_max, untimed, now)
+        if parts is not None:  # each part stamped as a single object is
             num_rows = sum(p[1] for p in parts)
-            now = now_ms()  # each part stamped as a single object's entry is, below
-            parts = [(k, n, nb, now, now, False) if not untimed and not lo and not hi
-                     else (k, n, nb, lo, hi, untimed) for k, n, nb, lo, hi, untimed in parts]
+            parts = [(k, n, nb, *_given_or_now(lo, hi, untimed, now), untimed)
+                     for k, n, nb, lo, hi, untimed in parts]
         self._register([tp])
         plog = self.log.partition_log(tp)
         if self._reset_pid:
@@ -1464,8 +1474,6 @@ class Producer:
             self._seq.clear()
             self._reset_pid = False
         seq = self._seq.get(tp, 0) if self.idempotent else -1
-        if not untimed and not ts_min and not ts_max:
-            ts_min = ts_max = now_ms()
         spec = AppendSpec(
             kind=DATA, count=num_rows, producer_id=self.producer_id, epoch=self.epoch,
             base_sequence=seq, transactional=self.transactional_id is not None,
