@@ -640,3 +640,109 @@ def test_append_parts_false_appends_one_entry_per_object(
     assert [(e.count, e.extra) for e in data_entries(log, "a", 0)] == [(1, None)] * 3
     assert read_all(log, "a") == values
     p.close()
+
+
+def test_the_commit_appends_its_uploading_objects_in_one_entry(
+        log: txlog.Log, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The committer comes to a transaction's first object while the later ones and the
+    commit's own are still uploading: it waits for them (the commit waits for every one
+    of them anyway) and appends one entry for all four, instead of one for the first and
+    one for the rest; offsets and reads agree."""
+    from test_bad_input import data_entries
+
+    real_write, real_claim, real_append = (PartitionLog.write_data,
+                                           producer_mod.Producer._claim_ready,
+                                           PartitionLog.append)
+    uploads_go, claim_go = threading.Event(), threading.Event()
+    claiming, decided_what = threading.Event(), threading.Event()
+    first = threading.Event()
+
+    def write_data(plog: PartitionLog, table: Any) -> tuple[str, int]:
+        if first.is_set():  # the first object goes at once, the rest wait
+            assert uploads_go.wait(60), "test never released the uploads"
+        first.set()
+        return real_write(plog, table)
+
+    def claim_ready(self: Any) -> Any:
+        claiming.set()
+        assert claim_go.wait(60), "test never released the committer"
+        return real_claim(self)
+
+    def committer_wait(fs: Any, *args: Any, **kw: Any) -> Any:
+        if threading.current_thread().name.startswith("txlog-commit"):
+            decided_what.set()  # waiting for uploads: the committer chose to group
+        return wait(fs, *args, **kw)
+
+    def append(plog: PartitionLog, spec: Any) -> Any:
+        if spec.kind == "data":
+            decided_what.set()  # appending: the committer chose what to take along
+        return real_append(plog, spec)
+
+    monkeypatch.setattr(PartitionLog, "write_data", write_data)
+    monkeypatch.setattr(producer_mod.Producer, "_claim_ready", claim_ready)
+    monkeypatch.setattr(producer_mod, "wait", committer_wait)
+    monkeypatch.setattr(PartitionLog, "append", append)
+    p = log.producer(transactional_id="tail", batch_size=300, linger_ms=60_000)
+    p.init_transactions()
+    p.begin_transaction()
+    values = [f"t{i}".encode() * 160 for i in range(3)]
+    futures = [p.send("a", values[0], partition=0)]
+    assert claiming.wait(60)  # the first object is written; the committer is held
+    futures += [p.send("a", v, partition=0) for v in values[1:]]
+    futures.append(p.send("a", b"tail", partition=0))
+    decided = p.commit_transaction_async()
+    claim_go.set()
+    assert decided_what.wait(60)
+    uploads_go.set()
+    decided.result(60)
+    assert [e.count for e in data_entries(log, "a", 0)] == [4]
+    assert [f.get().offset for f in futures] == [0, 1, 2, 3]
+    assert read_all(txlog.connect(log.url), "a") == [*values, b"tail"]
+    p.close()
+
+
+def test_a_commit_without_a_batch_of_its_own_starts_the_uploads_it_waits_for(
+        log: txlog.Log, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The steps before a commit are past the in-flight bound and their uploads are
+    done but the last one's, which waits for a slot; the commit has no batch of its own
+    (the last full batch took every record), so queueing it starts no upload.  The
+    committer, waiting for the uploads before the commit, must start that one itself
+    (found as a hang in the benchmark)."""
+    from test_bad_input import data_entries
+
+    real_claim, real_write_step = (producer_mod.Producer._claim_ready,
+                                   producer_mod.Producer._write_step)
+    claim_go, claiming = threading.Event(), threading.Event()
+    done = threading.Condition()
+    uploads = [0]
+
+    def claim_ready(self: Any) -> Any:
+        claiming.set()
+        assert claim_go.wait(60), "test never released the committer"
+        return real_claim(self)
+
+    def write_step(self: Any, step: Any, fut: Any) -> None:
+        real_write_step(self, step, fut)
+        with done:
+            uploads[0] += 1
+            done.notify_all()
+
+    monkeypatch.setattr(producer_mod.Producer, "_claim_ready", claim_ready)
+    monkeypatch.setattr(producer_mod.Producer, "_write_step", write_step)
+    p = log.producer(transactional_id="nobatch", batch_size=300, linger_ms=60_000)
+    p.init_transactions()
+    p.begin_transaction()
+    values = [f"n{i}".encode() * 160 for i in range(4)]
+    futures = [p.send("a", values[0], partition=0)]
+    assert claiming.wait(60)  # the first object is written; the committer is held
+    futures += [p.send("a", v, partition=0) for v in values[1:]]
+    with done:  # the second and third upload; the fourth waits (in-flight bound)
+        assert done.wait_for(lambda: uploads[0] >= 3, 60)
+    assert not p._pending  # nothing left for the commit's own batch
+    decided = p.commit_transaction_async()
+    claim_go.set()
+    decided.result(60)
+    assert sum(e.count for e in data_entries(log, "a", 0)) == 4
+    assert [f.get().offset for f in futures] == [0, 1, 2, 3]
+    assert read_all(txlog.connect(log.url), "a") == values
+    p.close()

@@ -809,6 +809,8 @@ class Producer:
                         self._tails[tp] = (step, b)
                 if uploaded is not None:  # uploads start in the committer's order
                     self._to_upload.append(step)
+                if uploaded is not None or outcome is not None:
+                    # (a commit lifts the in-flight bound of the steps before it)
                     self._dispatch()
                 self._pipeline = fut
                 while self._steps and self._steps[0].done():  # steps end in order
@@ -931,6 +933,12 @@ class Producer:
         _resolve(c.markers)
         with self._qlock:
             if self._queued_steps > 1:  # this step counts itself
+                return
+            if self.state == State.IN_TRANSACTION:
+                # The caller began its next transaction (as one does right after
+                # commit_transaction() returns): its first write folds CompleteCommit
+                # in, one state-log write instead of two on its way; _settle writes
+                # it if that transaction ends, or the producer closes, without one.
                 return
         with self._settle_lock:
             if self._completing is not c:
@@ -1354,6 +1362,7 @@ class Producer:
         per object: on S3 each is a conditional put of 3-7 ms, and a transaction's
         commit waited for them one by one."""
         out: list[tuple[list[tuple[TopicPartition, _PendingBatch]], list[_Written]]] = []
+        wait(self._uploads_through_commit())
         with self._qlock:
             if self._pipeline_error is not None:
                 return out
@@ -1370,6 +1379,26 @@ class Producer:
                 if u.commit:
                     break
         return out
+
+    def _uploads_through_commit(self) -> list[Uploaded]:
+        """The uploads of the steps queued behind the running one, through a queued
+        commit's, if all of them can be claimed once written (else none): the commit
+        waits for every one of them anyway, and one entry after the last upload is
+        sooner than an entry per step, one after another."""
+        ups: list[Uploaded] = []
+        with self._qlock:
+            # Steps before a queued commit upload whatever is in flight; start them now
+            # (a commit without batches of its own dispatches nothing when queued).
+            self._dispatch()
+            for u in self._order:
+                if u.claimed or u.step <= self._skip_through or \
+                        any(tp not in self._registered for tp, _ in u.batches):
+                    return []
+                if u.uploaded is not None:
+                    ups.append(u.uploaded)
+                if u.commit:
+                    return ups
+        return []
 
     def _append_entries(self, group: list[tuple[list[tuple[TopicPartition, _PendingBatch]],
                                                 list[_Written]]]) -> None:
