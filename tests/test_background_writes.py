@@ -669,7 +669,7 @@ def test_the_commit_appends_its_uploading_objects_in_one_entry(
         return real_claim(self)
 
     def committer_wait(fs: Any, *args: Any, **kw: Any) -> Any:
-        if threading.current_thread().name.startswith("txlog-commit"):
+        if fs and threading.current_thread().name.startswith("txlog-commit"):
             decided_what.set()  # waiting for uploads: the committer chose to group
         return wait(fs, *args, **kw)
 
@@ -705,9 +705,9 @@ def test_a_commit_without_a_batch_of_its_own_starts_the_uploads_it_waits_for(
         log: txlog.Log, monkeypatch: pytest.MonkeyPatch) -> None:
     """The steps before a commit are past the in-flight bound and their uploads are
     done but the last one's, which waits for a slot; the commit has no batch of its own
-    (the last full batch took every record), so queueing it starts no upload.  The
-    committer, waiting for the uploads before the commit, must start that one itself
-    (found as a hang in the benchmark)."""
+    (the last full batch took every record), so it uploads nothing.  Queueing the
+    commit must still start that upload, which the committer now waits for (a hang
+    found in the benchmark)."""
     from test_bad_input import data_entries
 
     real_claim, real_write_step = (producer_mod.Producer._claim_ready,
@@ -739,6 +739,7 @@ def test_a_commit_without_a_batch_of_its_own_starts_the_uploads_it_waits_for(
     with done:  # the second and third upload; the fourth waits (in-flight bound)
         assert done.wait_for(lambda: uploads[0] >= 3, 60)
     assert not p._pending  # nothing left for the commit's own batch
+    assert len(p._to_upload) == 1  # the fourth, held back by the in-flight bound
     decided = p.commit_transaction_async()
     claim_go.set()
     decided.result(60)

@@ -4,7 +4,7 @@ produced while the last one commits, and exactly-once holds through failures."""
 from __future__ import annotations
 
 import threading
-from concurrent.futures import Future, wait
+from concurrent.futures import Future
 from typing import Any
 
 import pytest
@@ -547,77 +547,6 @@ def test_a_commit_rolled_forward_by_another_client_meanwhile(
     assert "CompleteCommit" in states and states.count("PrepareCommit") == 2
     assert read_all(log, "a") == [b"first", b"second"]
     p.close()
-
-
-def _blocking_commit_then_begin(log: txlog.Log, monkeypatch: pytest.MonkeyPatch,
-                                gates: list[Any], txn_id: str) -> tuple[Producer, MarkerGate]:
-    """commit_transaction() (b"first" to partition 0), then begin_transaction() while the
-    commit's markers are held; returns once the markers are written and the commit's
-    step has ended, with nothing of the new transaction queued."""
-    gate = MarkerGate(log, monkeypatch)
-    gates.append(gate)
-    p = log.producer(transactional_id=txn_id, linger_ms=60_000)
-    p.init_transactions()
-    p.begin_transaction()
-    p.send("a", b"first", partition=0)
-    p.commit_transaction()  # decided; the markers are held
-    step = p._pipeline
-    assert step is not None and gate.entered.wait(60)
-    p.begin_transaction()
-    gate.open()
-    wait([step])
-    rec = txlog.connect(log.url).coordinator.record(txn_id)
-    assert rec is not None and rec.state == "PrepareCommit"  # CompleteCommit waits
-    return p, gate
-
-
-def test_complete_commit_waits_for_the_next_transactions_first_write(
-        log: txlog.Log, monkeypatch: pytest.MonkeyPatch, gates: list[Any]) -> None:
-    """A caller that began its next transaction by the time the last commit's markers
-    were written (as one does right after commit_transaction() returns) gets
-    CompleteCommit folded into that transaction's first write, although nothing of it
-    was queued yet: one state-log write between the commit and the next transaction's
-    data, not two."""
-    p, gate = _blocking_commit_then_begin(log, monkeypatch, gates, "defer")
-    states = [(r.state, r.prev_outcome) for r in gate.writes]
-    assert states[-1] == ("PrepareCommit", ""), states
-    p.send("a", b"second", partition=1)
-    p.commit_transaction()
-    states = [(r.state, r.prev_outcome) for r in gate.writes]
-    i = states.index(("PrepareCommit", ""))
-    assert states[i + 1:i + 3] == [("Ongoing", "commit"), ("PrepareCommit", "commit")], states
-    p.close()
-    assert sorted(read_all(log, "a")) == [b"first", b"second"]
-    assert txlog.connect(log.url).coordinator.record("defer").state == "CompleteCommit"
-
-
-@pytest.mark.parametrize("end", ["close", "abort", "empty commit", "offsets"])
-def test_a_next_transaction_without_data_still_completes_the_commit(
-        log: txlog.Log, monkeypatch: pytest.MonkeyPatch, gates: list[Any], end: str) -> None:
-    """CompleteCommit left to the next transaction's first write is written however that
-    transaction ends without one (closed, aborted, committed empty), or by its first
-    write of offsets; the producer goes on with the next epoch."""
-    txn_id = f"idle-{end.replace(' ', '-')}"
-    p, gate = _blocking_commit_then_begin(log, monkeypatch, gates, txn_id)
-    first_epoch = gate.writes[-1].epoch
-    if end == "close":
-        p.close()
-    else:
-        if end == "abort":
-            p.abort_transaction()
-        elif end == "empty commit":
-            p.commit_transaction()
-        else:
-            p.send_offsets_to_transaction({TopicPartition("a", 0): 1}, "g")
-            p.commit_transaction()
-        assert p.epoch > first_epoch
-        p.begin_transaction()
-        p.send("a", b"more", partition=0)
-        p.commit_transaction()
-        p.close()
-    rec = txlog.connect(log.url).coordinator.record(txn_id)
-    assert rec is not None and rec.state == "CompleteCommit"
-    assert read_all(log, "a") == [b"first"] + ([] if end == "close" else [b"more"])
 
 
 def test_only_a_commit_completes_into_the_next_transaction() -> None:

@@ -383,3 +383,33 @@ def test_send_staged_many_appends_partitions_at_once_each_in_order(
         got = [(r.offset, r.value) for r in c.poll(100)]
         assert got == [(0, f"p{part}-0".encode()), (1, f"p{part}-1".encode()),
                        (2, f"p{part}-1".encode())]
+
+
+def test_an_abort_that_hits_a_raw_os_error_can_be_retried(log: txlog.Log) -> None:
+    """A raw OSError (a filesystem's TimeoutError, not a txlog error) while aborting
+    leaves the transaction abortable, not stuck in ABORTING: the abort is retried and
+    the producer goes on."""
+    p = log.producer(transactional_id="abort-raw")
+    p.init_transactions()
+    p.begin_transaction()
+    p.send("a", b"gone", partition=0)
+    p.flush()
+    coord = log.coordinator
+    real = coord.prepare_end
+    failures = [TimeoutError("injected: state-log write timed out")]
+
+    def flaky(*args: object, **kw: object) -> object:
+        if failures:
+            raise failures.pop()
+        return real(*args, **kw)  # type: ignore[arg-type]
+
+    coord.prepare_end = flaky  # type: ignore[method-assign]
+    with pytest.raises(TimeoutError):
+        p.abort_transaction()
+    assert p.state.value == "ABORTABLE_ERROR"
+    p.abort_transaction()
+    p.begin_transaction()
+    p.send("a", b"kept", partition=0)
+    p.commit_transaction()
+    p.close()
+    assert read_all(log, "a") == [b"kept"]

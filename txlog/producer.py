@@ -730,6 +730,12 @@ class Producer:
             else:
                 self._fatal(exc)
             raise
+        except Exception as exc:
+            # Not a txlog error (a raw OSError from a filesystem): the abort may be
+            # retried (a landed PrepareAbort is rolled forward), not left in ABORTING.
+            self.state = State.ABORTABLE_ERROR
+            self._error = exc
+            raise
         self._registered.clear()
         self._seq.clear()
         self.state = State.READY
@@ -933,12 +939,6 @@ class Producer:
         _resolve(c.markers)
         with self._qlock:
             if self._queued_steps > 1:  # this step counts itself
-                return
-            if self.state == State.IN_TRANSACTION:
-                # The caller began its next transaction (as one does right after
-                # commit_transaction() returns): its first write folds CompleteCommit
-                # in, one state-log write instead of two on its way; _settle writes
-                # it if that transaction ends, or the producer closes, without one.
                 return
         with self._settle_lock:
             if self._completing is not c:
@@ -1387,8 +1387,8 @@ class Producer:
         sooner than an entry per step, one after another."""
         ups: list[Uploaded] = []
         with self._qlock:
-            # Steps before a queued commit upload whatever is in flight; start them now
-            # (a commit without batches of its own dispatches nothing when queued).
+            # The wait below needs every one of them started: start what the in-flight
+            # bound held back (as _queue does when it queues a commit).
             self._dispatch()
             for u in self._order:
                 if u.claimed or u.step <= self._skip_through or \
