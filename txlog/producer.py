@@ -1360,7 +1360,8 @@ class Producer:
         next transaction's batches follow its decision).  Behind a slow committer, one
         entry per partition then appends what several steps wrote, instead of one entry
         per object: on S3 each is a conditional put of 3-7 ms, and a transaction's
-        commit waited for them one by one."""
+        commit waited for them one by one.  Once a commit is queued, the uploads before
+        it are waited for first (_uploads_through_commit), so that one entry takes all."""
         out: list[tuple[list[tuple[TopicPartition, _PendingBatch]], list[_Written]]] = []
         wait(self._uploads_through_commit())
         with self._qlock:
