@@ -1,6 +1,7 @@
 """Child process for crash tests: runs transactions until TXLOG_CRASH_AT kills it.
 
-argv: root, transactional_id, transactions, timeout_ms.  Each transaction n writes
+argv: root, transactional_id, transactions, timeout_ms[, "old": commit.appends.batches
+off].  Each transaction n writes
 "n:<topic>:<partition>" to every partition of topics a (3) and b (2) and commits offsets.
 """
 
@@ -15,7 +16,9 @@ from txlog import TopicPartition
 def main() -> None:
     root, txn_id, count, timeout = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     log = txlog.connect(root)
-    p = log.producer(transactional_id=txn_id, transaction_timeout_ms=timeout, linger_ms=10_000)
+    old = len(sys.argv) > 5 and sys.argv[5] == "old"
+    p = log.producer(transactional_id=txn_id, transaction_timeout_ms=timeout, linger_ms=10_000,
+                     **{"commit.appends.batches": not old})
     p.init_transactions()
     for n in range(count):
         p.begin_transaction()

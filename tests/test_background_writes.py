@@ -483,16 +483,21 @@ def _behind_a_held_append(p: Any, gate: AppendGate, values: list[bytes]) -> list
     return futures
 
 
+@pytest.mark.parametrize("in_marker", [True, False], ids=["commit-appends", "v2"])
 def test_objects_written_behind_a_slow_append_share_one_entry(
-        log: txlog.Log, monkeypatch: pytest.MonkeyPatch, gates: list[Any]) -> None:
+        log: txlog.Log, monkeypatch: pytest.MonkeyPatch, gates: list[Any],
+        in_marker: bool) -> None:
     """While the committer is held in an append, the next steps' objects and the
     commit's are written; then one entry appends all three (one put-if-absent, not
-    three) before the commit is decided: offsets, reads and a cold reader agree."""
+    three): the COMMIT marker, after PrepareCommit named them (or, with
+    ``commit.appends.batches=false``, a DATA entry before the decision).  Offsets, reads
+    and a cold reader agree."""
     from test_bad_input import data_entries
 
     gate = AppendGate(monkeypatch)
     gates.append(gate)
-    p = log.producer(transactional_id="group", batch_size=300, linger_ms=60_000)
+    p = log.producer(transactional_id="group", batch_size=300, linger_ms=60_000,
+                     **{"commit.appends.batches": in_marker})
     p.init_transactions()
     p.begin_transaction()
     values = [f"v{i}".encode() * 160 for i in range(3)]
@@ -502,8 +507,10 @@ def test_objects_written_behind_a_slow_append_share_one_entry(
     gate.wait_uploads(4)
     gate.open()
     decided.result(60)
-    entries = data_entries(log, "a", 0)
-    assert [e.count for e in entries] == [1, 3]
+    entries = data_entries(log, "a", 0, ("data", "commit", "begin"))
+    assert [(e.kind, e.count) for e in entries] == (
+        [("data", 1), ("commit", 4)] if in_marker else
+        [("data", 1), ("data", 3), ("commit", 1)])
     assert entries[1].extra is not None and [part[1] for part in entries[1].extra["parts"]] \
         == [1, 1, 1]
     assert [f.get().offset for f in futures] == [0, 1, 2, 3]
@@ -541,7 +548,10 @@ def test_a_failed_grouped_append_fails_every_batch_in_it_and_the_transaction(
         log: txlog.Log, monkeypatch: pytest.MonkeyPatch, gates: list[Any]) -> None:
     gate = AppendGate(monkeypatch, fail_parts=True)
     gates.append(gate)
-    p = log.producer(transactional_id="gfail", batch_size=300, linger_ms=60_000, retries=0)
+    # (a DATA entry of several objects; with the commit's markers appending them, the
+    # marker's failure is the next test's)
+    p = log.producer(transactional_id="gfail", batch_size=300, linger_ms=60_000, retries=0,
+                     **{"commit.appends.batches": False})
     p.init_transactions()
     p.begin_transaction()
     values = [f"x{i}".encode() * 160 for i in range(3)]

@@ -54,7 +54,7 @@ from txlog.errors import (
     UnsupportedFormatError,
 )
 from txlog.log import TopicInfo
-from txlog.model import Entry, decode_entry
+from txlog.model import FORMAT_VERSION, Entry, decode_entry
 from txlog.partition_log import decode_parquet, encode_parquet
 from txlog.partition_state import READ_COMMITTED, PartitionState
 from txlog.records import KAFKA_SCHEMA, TopicPartition, kafka_table
@@ -62,7 +62,7 @@ from txlog.state_log import StateLogPartition, state_partition_for
 from txlog.storage import open_store
 from txlog.storage.base import check_key
 from txlog.storage.memory import MemoryStore
-from txlog.txn_state import TxnRecord
+from txlog.txn_state import RECORD_VERSION, PendingAppend, TxnRecord
 
 # -- helpers ----------------------------------------------------------------------------------
 
@@ -94,9 +94,10 @@ def entry_keys(log: txlog.Log, topic: str, partition: int) -> list[str]:
     return log.store.list(layout.log_prefix(topic, partition))
 
 
-def data_entries(log: txlog.Log, topic: str, partition: int) -> list[Entry]:
+def data_entries(log: txlog.Log, topic: str, partition: int,
+                 kinds: tuple[str, ...] = ("data",)) -> list[Entry]:
     return [e for e in (decode_entry(log.store.get(k), k)
-                        for k in entry_keys(log, topic, partition)) if e.kind == "data"]
+                        for k in entry_keys(log, topic, partition)) if e.kind in kinds]
 
 
 def fresh(log: txlog.Log) -> txlog.Log:
@@ -120,6 +121,30 @@ def valid_parts_entry() -> bytes:
                  nbytes=300, ts_min=1, ts_max=4, append_ms=3,
                  extra={"parts": [["topics/a/0/data/x", 2, 100, 1, 2],
                                   ["topics/a/0/data/y", 3, 200, 2, 4]]}).encode()
+
+
+def valid_marker_parts_entry() -> bytes:
+    """A COMMIT marker that appends its transaction's last batch objects (version 3)."""
+    return Entry(slot=3, kind="commit", base_offset=7, count=6, producer_id=5, epoch=1,
+                 base_sequence=0, transactional=True, txn_id="t", data="topics/a/0/data/x",
+                 nbytes=300, ts_min=1, ts_max=4, append_ms=3,
+                 extra={"parts": [["topics/a/0/data/x", 2, 100, 1, 2],
+                                  ["topics/a/0/data/y", 3, 200, 2, 4]]}).encode()
+
+
+def valid_begin_entry() -> bytes:
+    """A BEGIN entry (version 3)."""
+    return Entry(slot=3, kind="begin", base_offset=7, count=0, producer_id=5, epoch=1,
+                 transactional=True, txn_id="t", append_ms=3).encode()
+
+
+def valid_pending_state_log_object() -> bytes:
+    """A PrepareCommit record that names batch objects to append (record version 2)."""
+    rec = TxnRecord("t", 5, 2, "PrepareCommit", 60000, (("a", 0), ("b", 1)), 10, 11, 5, 1,
+                    "", pending=(PendingAppend("a", 0, 3, (
+                        ("topics/a/0/data/x", 2, 100, 1, 2, False),
+                        ("topics/a/0/data/y", 1, 50, None, None, True))),))
+    return json.dumps({"v": 1, "slot": 0, "token": "ab", "record": rec.to_json()}).encode()
 
 
 def valid_marker() -> bytes:
@@ -206,6 +231,9 @@ def _decode_and_apply_entry(raw: bytes) -> PartitionState:
 DECODERS: dict[str, Any] = {
     "entry": _decode_and_apply_entry,
     "entry_parts": _decode_and_apply_entry,
+    "entry_marker_parts": _decode_and_apply_entry,
+    "entry_begin": _decode_and_apply_entry,
+    "state_log_pending": lambda raw: _decode_state_log_object(raw),
     "checkpoint": lambda raw: decode_checkpoint(raw, "topics/a/0/checkpoints/x.arrow"),
     "checkpoint_meta": lambda raw: decode_checkpoint(_checkpoint_with_meta(raw),
                                                      "topics/a/0/checkpoints/x.arrow"),
@@ -218,12 +246,14 @@ DECODERS: dict[str, Any] = {
 # grows a digit now and then, and hypothesis rejects examples that draw differently).
 VALID: dict[str, Any] = {k: functools.cache(f) for k, f in {
     "entry": valid_entry, "entry_parts": valid_parts_entry, "checkpoint": valid_checkpoint,
+    "entry_marker_parts": valid_marker_parts_entry, "entry_begin": valid_begin_entry,
+    "state_log_pending": valid_pending_state_log_object,
     "checkpoint_meta": valid_checkpoint_meta, "state_log": valid_state_log_object,
     "state_log_checkpoint": valid_state_log_checkpoint, "topic": valid_topic_meta,
     "parquet": valid_parquet,
 }.items()}
-JSON_KINDS = ("entry", "entry_parts", "checkpoint_meta", "state_log", "state_log_checkpoint",
-              "topic")
+JSON_KINDS = ("entry", "entry_parts", "entry_marker_parts", "entry_begin", "checkpoint_meta",
+              "state_log", "state_log_pending", "state_log_checkpoint", "topic")
 
 
 def only_txlog_errors(kind: str, raw: bytes) -> None:
@@ -555,11 +585,12 @@ def test_newer_format_versions_say_upgrade(kind: str) -> None:
     where = "some/object.json"
     with pytest.raises(UnsupportedFormatError, match="upgrade"):
         if kind == "entry":
-            decode_entry(json.dumps(dict(json.loads(valid_entry()), v=3)).encode(), where)
+            decode_entry(json.dumps(dict(json.loads(valid_entry()), v=FORMAT_VERSION + 1)
+                                    ).encode(), where)
         elif kind == "state_log":
             StateLogPartition._decode(json.dumps({"v": 2}).encode(), where)
         elif kind == "record":
-            TxnRecord.from_json(dict(valid_record(), v=2), where)
+            TxnRecord.from_json(dict(valid_record(), v=RECORD_VERSION + 1), where)
         else:
             TopicInfo.from_json(json.dumps(dict(json.loads(valid_topic_meta()), v=2)).encode(),
                                 where)

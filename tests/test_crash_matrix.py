@@ -22,21 +22,27 @@ from txlog import TopicPartition
 CHILD = str(Path(__file__).with_name("crash_child.py"))
 # (crash point, which hit): every step of one transaction, in the second transaction.
 # Per transaction: 2 AddPartitions calls (offsets partition, then the 5 data partitions
-# at flush), 6 appends, 1 Prepare, 6 markers, 1 Complete.
+# at commit), 1 append (the offsets), 5 BEGIN entries (the data partitions: their
+# batches are left to the COMMIT markers), 1 Prepare, 6 markers, 1 Complete.
 POINTS = [
-    ("after_add_partitions", 3), ("after_data_append", 7), ("after_add_partitions", 4),
-    ("after_data_append", 10), ("after_data_append", 12), ("after_prepare", 2),
+    ("after_add_partitions", 3), ("after_data_append", 2), ("after_add_partitions", 4),
+    ("after_begin", 6), ("after_begin", 8), ("after_begin", 10), ("after_prepare", 2),
     ("after_marker", 7), ("after_marker", 9), ("after_marker", 12), ("before_complete", 2),
 ]
+# The same with commit.appends.batches=false (format version 2): 6 appends, no BEGIN.
+OLD_POINTS = [("after_data_append", 7), ("after_data_append", 10), ("after_data_append", 12),
+              ("after_prepare", 2), ("after_marker", 9)]
 TOPICS = {"a": 3, "b": 2}
 
 
-def run_child(root: str, crash: str | None, timeout_ms: int, count: int = 3) -> int:
+def run_child(root: str, crash: str | None, timeout_ms: int, count: int = 3,
+              old: bool = False) -> int:
     env = dict(os.environ)
     env.pop("TXLOG_CRASH_AT", None)
     if crash:
         env["TXLOG_CRASH_AT"] = crash
-    proc = subprocess.run([sys.executable, CHILD, root, "tx", str(count), str(timeout_ms)],
+    proc = subprocess.run([sys.executable, CHILD, root, "tx", str(count), str(timeout_ms),
+                           "old" if old else "new"],
                           env=env, capture_output=True, timeout=120)
     return proc.returncode
 
@@ -69,13 +75,17 @@ def assert_atomic_and_unstuck(log: txlog.Log) -> dict[int, set[str]]:
     return seen
 
 
-@pytest.mark.parametrize("point,hit", POINTS, ids=[f"{p}:{h}" for p, h in POINTS])
-def test_crash_then_new_instance_recovers(tmp_path: Path, point: str, hit: int) -> None:
+@pytest.mark.parametrize("point,hit,old", [(p, h, False) for p, h in POINTS]
+                         + [(p, h, True) for p, h in OLD_POINTS],
+                         ids=[f"{p}:{h}" for p, h in POINTS]
+                         + [f"v2-{p}:{h}" for p, h in OLD_POINTS])
+def test_crash_then_new_instance_recovers(tmp_path: Path, point: str, hit: int,
+                                          old: bool) -> None:
     root = str(tmp_path)
     log = txlog.connect(root)
     for t, n in TOPICS.items():
         log.create_topic(t, partitions=n)
-    rc = run_child(root, f"{point}:{hit}", timeout_ms=60_000)
+    rc = run_child(root, f"{point}:{hit}", timeout_ms=60_000, old=old)
     assert rc == -9, f"child was not killed at {point}:{hit} (rc={rc})"
     # Recovery by a new instance of the same transactional.id.
     p = txlog.connect(root).producer(transactional_id="tx")
@@ -86,15 +96,19 @@ def test_crash_then_new_instance_recovers(tmp_path: Path, point: str, hit: int) 
     assert committed[TopicPartition("a", 0)] == max(seen) + 1  # offsets moved with the data
 
 
-@pytest.mark.parametrize("point,hit", [("after_data_append", 10), ("after_prepare", 2),
-                                       ("after_marker", 9)])
-def test_crash_then_reader_alone_recovers(tmp_path: Path, point: str, hit: int) -> None:
+@pytest.mark.parametrize("point,hit,old", [
+    ("after_begin", 8, False), ("after_prepare", 2, False), ("after_marker", 9, False),
+    ("after_data_append", 10, True), ("after_prepare", 2, True)])
+def test_crash_then_reader_alone_recovers(tmp_path: Path, point: str, hit: int,
+                                          old: bool) -> None:
+    """Also where the transaction's batches are left to its COMMIT markers: a reader
+    meets the transaction at its BEGIN entries and rolls the commit forward."""
     root = str(tmp_path)
     log = txlog.connect(root)
     for t, n in TOPICS.items():
         log.create_topic(t, partitions=n)
     # The timeout must outlast the child's own (healthy) transactions on a loaded machine.
-    assert run_child(root, f"{point}:{hit}", timeout_ms=3000) == -9
+    assert run_child(root, f"{point}:{hit}", timeout_ms=3000, old=old) == -9
     # No producer comes back: readers alone must move every LSO past the wreck.
     deadline = time.monotonic() + 90
     reader = txlog.connect(root).consumer()
@@ -141,7 +155,9 @@ def test_describe_shows_the_lso_a_reader_gets_after_a_crash_in_commit(
     monkeypatch.setattr(read_only.store, "put_if_absent", refuse)
     stale = [p for t in TOPICS for p in read_only.describe_topic(t)["partition_info"]
              if p["open_transactions"]]
-    assert stale and all(p["last_stable_offset"] < p["high_watermark"] for p in stale)
+    # (the transaction holds them by BEGIN entries: the LSO is the high watermark, as its
+    # batches there come with the COMMIT markers, but the open transaction shows)
+    assert stale and all(p["last_stable_offset"] <= p["high_watermark"] for p in stale)
     for t in TOPICS:
         for part in fresh.describe_topic(t)["partition_info"]:
             assert part["last_stable_offset"] == part["high_watermark"], (t, part)

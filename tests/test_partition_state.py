@@ -4,7 +4,9 @@ The reference decides each record's fate straight from the definition in DESIGN.
 a transactional record of (pid, epoch) at offset o is committed/aborted by the first
 marker of (pid, epoch) after it, unless an entry of pid with a newer epoch comes first
 (then it is fenced), or a marker of pid with epoch >= its own precedes it (a zombie's late
-write: fenced).  The LSO is the first offset of the earliest transaction still open.
+write: fenced).  The LSO is the first offset of the earliest transaction still open,
+where a BEGIN entry opens one at the offset after it.  A COMMIT marker that carries
+batches is, to the reference, those records followed by the marker.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from hypothesis import strategies as st
 
 from txlog.checkpoint import decode_checkpoint, encode_checkpoint
 from txlog.errors import CorruptObjectError
-from txlog.model import ABORT, COMMIT, DATA, PARTS, Entry, decode_entry
+from txlog.model import ABORT, BEGIN, COMMIT, DATA, PARTS, Entry, decode_entry
 from txlog.partition_state import (
     ABORTED,
     COMMITTED,
@@ -58,6 +60,24 @@ def build(ops: list[tuple[str, int, int]]) -> tuple[list[Entry], list[Rec]]:
                                  data=f"obj-{len(entries)}", txn_id=f"t{pid}"))
             recs.extend(Rec(offset + i, "data", pid, epoch, txn) for i in range(n))
             offset += n
+        elif op in ("begin", "zombie_begin"):
+            epoch = epochs[pid] - 1 if op == "zombie_begin" else epochs[pid]
+            if epoch < 0:
+                continue
+            entries.append(Entry(slot=len(entries), kind=BEGIN, base_offset=offset, count=0,
+                                 producer_id=pid, epoch=epoch, transactional=True,
+                                 txn_id=f"t{pid}"))
+            recs.append(Rec(offset, BEGIN, pid, epoch, True))  # (holds no offset)
+        elif op == "commit_parts":  # the transaction's last n records, then its marker
+            key = f"obj-{len(entries)}"
+            entries.append(Entry(slot=len(entries), kind=COMMIT, base_offset=offset,
+                                 count=n + 1, producer_id=pid, epoch=epochs[pid],
+                                 transactional=True, data=key, txn_id=f"t{pid}",
+                                 extra={PARTS: [[key, n, 0, 0, 0]]}))
+            recs.extend(Rec(offset + i, "data", pid, epochs[pid], True) for i in range(n))
+            recs.append(Rec(offset + n, COMMIT, pid, epochs[pid], True))
+            offset += n + 1
+            epochs[pid] += 1
         elif op in ("commit", "abort", "late_marker"):
             epoch = epochs[pid] - 1 if op == "late_marker" else epochs[pid]
             if epoch < 0:
@@ -91,6 +111,22 @@ def reference_status(recs: list[Rec], i: int) -> int:
     return OPEN
 
 
+def reference_lso(recs: list[Rec], status: dict[int, int]) -> int:
+    """The first offset of the earliest open transaction: an open batch, or a BEGIN that
+    no prior marker of its producer at its epoch or later ignores, and no later marker of
+    its transaction closes, nor a later entry of its producer at a newer epoch fences."""
+    held = [o for o, st_ in status.items() if st_ == OPEN]
+    for i, r in enumerate(recs):
+        if r.kind != BEGIN or any(p.kind in (COMMIT, ABORT) and p.pid == r.pid
+                                  and p.epoch >= r.epoch for p in recs[:i]):
+            continue
+        if not any(q.pid == r.pid and ((q.epoch > r.epoch and (q.txn or q.kind != "data"))
+                                       or (q.epoch == r.epoch and q.kind in (COMMIT, ABORT)))
+                   for q in recs[i + 1:]):
+            held.append(r.offset)
+    return min(held) if held else len([r for r in recs if r.kind != BEGIN])
+
+
 def replay(entries: list[Entry]) -> PartitionState:
     s = PartitionState()
     for e in entries:
@@ -105,7 +141,7 @@ def read_offsets(s: PartitionState, start: int, end: int | None, iso: str) -> li
 
 OPS = st.lists(st.tuples(
     st.sampled_from(["data", "data", "plain", "commit", "abort", "zombie", "late_marker",
-                     "bump"]),
+                     "bump", "begin", "zombie_begin", "commit_parts"]),
     st.integers(0, 2), st.integers(1, 3)), max_size=40)
 
 
@@ -117,9 +153,8 @@ def test_plan_matches_reference(ops: list[tuple[str, int, int]], start: int, len
     s = replay(entries)
     status = {r.offset: reference_status(recs, i) for i, r in enumerate(recs)
               if r.kind == "data"}
-    open_offsets = [o for o, st_ in status.items() if st_ == OPEN]
-    lso = min(open_offsets) if open_offsets else len(recs)
-    assert s.high_watermark == len(recs)
+    lso = reference_lso(recs, status)
+    assert s.high_watermark == len([r for r in recs if r.kind != BEGIN])
     assert s.last_stable_offset == lso
     end = start + length
     want = [o for o, st_ in sorted(status.items())
@@ -175,6 +210,30 @@ def test_open_transaction_holds_lso_and_late_zombie_batch_does_not() -> None:
     assert [(a.producer_id, a.first_offset, a.last_offset) for a in aborted] == [(0, 0, 3)]
 
 
+def test_begin_holds_the_lso_until_the_commit_that_carries_its_batches() -> None:
+    """A BEGIN opens its transaction at the next offset (holding the LSO there, with no
+    offset of its own); the COMMIT marker that carries the batches appends them and
+    commits them with any appended before it.  A BEGIN of a newer epoch fences an older
+    open one; a zombie's BEGIN (an epoch already decided) holds nothing."""
+    entries, _ = build([("plain", 1, 2), ("begin", 0, 0), ("plain", 1, 1), ("data", 0, 1),
+                        ("commit_parts", 0, 2)])
+    s = replay(entries[:4])
+    assert s.last_stable_offset == 2 and s.high_watermark == 4
+    s = replay(entries)
+    assert s.batches.status == [PLAIN, PLAIN, COMMITTED, COMMITTED]
+    assert [s.batches.base_offset[i] for i in range(4)] == [0, 2, 3, 4]
+    assert s.high_watermark == 7 and s.last_stable_offset == 7 and not s.open_txns
+    assert read_offsets(s, 0, None, READ_COMMITTED) == [0, 1, 2, 3, 4, 5]
+    entries, _ = build([("data", 0, 1), ("bump", 0, 0), ("begin", 0, 0), ("plain", 1, 1)])
+    s = replay(entries)
+    assert s.batches.status == [FENCED, PLAIN]
+    assert s.last_stable_offset == 1  # held by the newer epoch's BEGIN only
+    entries, _ = build([("data", 0, 1), ("abort", 0, 1), ("zombie_begin", 0, 0),
+                        ("plain", 1, 1)])
+    s = replay(entries)
+    assert not s.open_txns and s.last_stable_offset == s.high_watermark == 3
+
+
 def test_sequence_checks() -> None:
 
     from txlog.errors import InvalidProducerEpochError, OutOfOrderSequenceError
@@ -223,9 +282,7 @@ def merge_runs(entries: list[Entry]) -> list[Entry]:
             run.append(e)
             continue
         close()
-        out.append(Entry(slot=len(out), kind=e.kind, base_offset=e.base_offset,
-                         count=e.count, producer_id=e.producer_id, epoch=e.epoch,
-                         transactional=e.transactional))
+        out.append(decode_entry(replace(e, slot=len(out)).encode(), f"slot {len(out)}"))
     close()
     return out
 

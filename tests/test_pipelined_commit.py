@@ -283,10 +283,10 @@ def test_a_flush_waiting_on_another_thread_keeps_later_steps_in_order(
             b_waiting.set()
         return real_wait(fs, *args, **kw)
 
-    def held_write(self: Any, batches: Any, *args: Any) -> Any:
+    def held_write(self: Any, batches: Any, *args: Any, **kw: Any) -> Any:
         if any(r[1] == b"one" for _, b in batches for r in b.rows):
             assert release_one.wait(60), "test never released batch one"
-        return real_write(self, batches, *args)
+        return real_write(self, batches, *args, **kw)
 
     monkeypatch.setattr(producer_module, "wait", spying_wait)
     monkeypatch.setattr(producer_module.Producer, "_write_batches", held_write)
@@ -398,7 +398,9 @@ def test_next_commit_uploads_while_the_last_is_decided(
     with pytest.raises(StorageError, match="injected"):
         first.result(60)
     p.abort_transaction()
-    assert read_all(log, "a", "read_uncommitted") == [b"first"]  # the entry, not "second"
+    # Neither: "first" was named by the PrepareCommit that failed (its COMMIT marker would
+    # have appended it), "second" was never written.
+    assert read_all(log, "a", "read_uncommitted") == []
     assert read_all(log, "a") == []
     # The skipped transaction's object was discarded (no entry ever named it).
     assert all(not log.store.exists(k) for k in written[1:])

@@ -13,4 +13,4 @@ from txlog.log import Log, TopicInfo, connect
 from txlog.records import Record, TopicPartition
 
 __all__ = ["Log", "Record", "TopicInfo", "TopicPartition", "connect", "errors"]
-__version__ = "0.2.0"
+__version__ = "0.3.0"

@@ -32,6 +32,11 @@ DEFAULTS: dict[str, tuple[Any, type, str]] = {
     "append.parts": (True, bool, "producer: one log entry may append several batch objects "
                                  "(format version 2: set false while txlog before 0.2 "
                                  "still reads the topics)"),
+    "commit.appends.batches": (True, bool, "producer: a commit names the batches no entry "
+                                           "appended yet in PrepareCommit, and its COMMIT "
+                                           "markers append them (format version 3: set "
+                                           "false while txlog before 0.3 still reads the "
+                                           "topics)"),
     "checkpoint.interval.batches": (1000, int, "write a partition checkpoint every N batches"),
     "retention.ms": (-1, int, "delete batches older than this (-1: keep forever)"),
     "retention.bytes": (-1, int, "delete oldest batches beyond this size (-1: no limit)"),

@@ -37,6 +37,7 @@ from txlog.txn_state import (
     PREPARE_COMMIT,
     PREPARE_EPOCH_FENCE,
     PREPARING,
+    PendingAppend,
     TxnRecord,
     bump_epoch,
     needs_new_producer_id,
@@ -158,11 +159,17 @@ class Coordinator:
         return step if isinstance(step, tuple) else self.complete(step)
 
     def prepare_end(self, txn_id: str, producer_id: int, epoch: int, commit: bool,
-                    ) -> tuple[int, int] | TxnRecord:
+                    pending: tuple[PendingAppend, ...] = ()) -> tuple[int, int] | TxnRecord:
         """EndTxn up to its decision.  Returns the persisted Prepare* record, which
         :meth:`complete` then rolls forward (the outcome is decided once it is durable,
         as Kafka answers EndTxn before its markers are written), or the producer's next
-        (id, epoch) when there is nothing left to complete."""
+        (id, epoch) when there is nothing left to complete.
+
+        ``pending`` (a commit only) names written batch objects that no entry appended
+        yet: the PrepareCommit record carries them, and its COMMIT markers append them
+        (one entry per partition), so the decision waits for no DATA entry.  Their
+        partitions must be registered already."""
+        assert commit or not pending
         part = self.state_log.partition_for(txn_id)
         fresh = False
         while True:
@@ -179,6 +186,12 @@ class Coordinator:
                     f"transaction of {txn_id!r} was aborted by another client (fenced)")
             self._check_owner(txn_id, cur, producer_id, epoch)
             assert cur is not None
+            if not {(a.topic, a.partition) for a in pending} <= set(cur.partitions):
+                if not fresh:
+                    fresh = True
+                    continue
+                raise InvalidTxnStateError(  # (a producer bug: registration comes first)
+                    f"transaction of {txn_id!r} would append to unregistered partitions")
             if cur.state == EMPTY or (cur.state in COMPLETE and not cur.partitions):
                 if not fresh:
                     fresh = True
@@ -198,7 +211,7 @@ class Coordinator:
                 self.abort_if_expired(txn_id)
                 raise self._timeout_error(txn_id)
             prep = cur.transition(PREPARE_COMMIT if commit else PREPARE_ABORT,
-                                  last_update_ms=now,
+                                  last_update_ms=now, pending=pending,
                                   abort_reason="" if commit else "client")
             if part.compare_and_set(txn_id, cur, prep):
                 return prep
@@ -219,8 +232,11 @@ class Coordinator:
         commit = prep.state == PREPARE_COMMIT
         crashpoint("after_prepare")
 
+        pending = {(a.topic, a.partition): a for a in prep.pending}
+
         def mark(tp: TopicPartition) -> None:
-            self.write_marker(tp, prep.producer_id, prep.epoch, commit)
+            self.write_marker(tp, prep.producer_id, prep.epoch, commit,
+                              pending.get((tp.topic, tp.partition)), prep.txn_id)
             crashpoint("after_marker")
 
         tps = [TopicPartition(topic, p) for topic, p in prep.partitions]
@@ -279,17 +295,25 @@ class Coordinator:
         return pid, epoch
 
     def write_marker(self, tp: TopicPartition, producer_id: int, epoch: int,
-                     commit: bool) -> None:
-        """Append a COMMIT/ABORT marker for (producer_id, epoch) unless one already acts."""
+                     commit: bool, pending: PendingAppend | None = None,
+                     txn_id: str | None = None) -> None:
+        """Append a COMMIT/ABORT marker for (producer_id, epoch) unless one already acts;
+        a COMMIT appends the transaction's ``pending`` batch objects in the same entry."""
         plog = self.log.partition_log(tp)
         # The cached state suffices: a decided transaction stays decided, and append()
         # re-reads the tail and re-checks for another marker if its slot was taken.
+        # (A marker that carries batches is found the same way: it raised the fence
+        # epoch, so a second roll-forward never appends them twice.)
         st = plog.current()
         if (producer_id, epoch) not in st.open_txns and \
                 st.fence_epoch.get(producer_id, -1) >= epoch:
             return
-        plog.append(AppendSpec(kind=COMMIT if commit else ABORT, count=1,
-                               producer_id=producer_id, epoch=epoch, transactional=True))
+        parts = list(pending.parts) if commit and pending is not None else None
+        plog.append(AppendSpec(
+            kind=COMMIT if commit else ABORT, count=1, producer_id=producer_id, epoch=epoch,
+            transactional=True, parts=parts,
+            base_sequence=pending.base_sequence if pending is not None and parts else -1,
+            txn_id=txn_id if parts else None))
 
     # -- liveness without a daemon -------------------------------------------------------
 

@@ -15,11 +15,21 @@ from txlog.errors import CorruptObjectError, UnsupportedFormatError
 from txlog.unique import unique
 
 #: The newest entry format this txlog reads.  Version 2 adds DATA entries of several batch
-#: objects (``extra["parts"]``, see PARTS); every other entry is still written as version
-#: 1, so older readers keep reading logs that hold none (and refuse those that do, instead
-#: of misreading them).
-FORMAT_VERSION = 2
+#: objects (``extra["parts"]``, see PARTS), version 3 BEGIN entries and COMMIT markers
+#: that carry their transaction's last batch objects (see MARKER_PARTS_VERSION); every other
+#: entry is still written as version 1, so older readers keep reading logs that hold none
+#: (and refuse those that do, instead of misreading them).
+FORMAT_VERSION = 3
 PARTS_VERSION = 2
+#: A COMMIT marker with ``extra["parts"]``: the batch objects its transaction's
+#: PrepareCommit named but no entry appended yet (txn_state.TxnRecord.pending), appended
+#: at offsets [base_offset, base_offset + count - 1) and committed by the marker at the
+#: entry's last offset, in one put-if-absent.
+MARKER_PARTS_VERSION = 3
+#: BEGIN (version 3): a transaction's first entry in a partition when its first batches
+#: there are left to the COMMIT marker.  It claims no offset but opens the transaction
+#: there, as a first DATA entry would: it holds the LSO, and a reader that meets it rolls
+#: a decided transaction forward (so the marker's batches never wait for the producer).
 #: ``extra`` key of a DATA entry that carries several batch objects, one after another:
 #: a list of ``[key, count, nbytes, ts_min, ts_max]``; the entry's ``data`` is the
 #: first key and its count, nbytes and timestamps cover them all.  One put-if-absent then
@@ -33,7 +43,8 @@ ABORT = "abort"
 RETENTION = "retention"  # advances the log start offset
 COMPACT = "compact"  # replaces a range of batches by runs of one merged segment
 PURGE = "purge"  # records that objects pending deletion were deleted
-KINDS = frozenset({DATA, COMMIT, ABORT, RETENTION, COMPACT, PURGE})
+BEGIN = "begin"  # opens a transaction in the partition (see MARKER_PARTS_VERSION)
+KINDS = frozenset({DATA, COMMIT, ABORT, RETENTION, COMPACT, PURGE, BEGIN})
 CONTROL_KINDS = frozenset({COMMIT, ABORT})
 
 NO_PRODUCER = -1
@@ -77,7 +88,9 @@ class Entry:
         # A shallow dict, not asdict(): asdict deep-copies every value, and this runs for
         # every appended batch.  json.dumps copies nothing anyway.
         d = {f: getattr(self, f) for f in _FIELD_NAMES}
-        d["v"] = PARTS_VERSION if self.extra is not None and self.kind == DATA else 1
+        d["v"] = MARKER_PARTS_VERSION if self.kind == BEGIN else 1 if self.extra is None \
+            else PARTS_VERSION if self.kind == DATA else \
+            MARKER_PARTS_VERSION if self.kind == COMMIT else 1
         return json.dumps(d, separators=(",", ":"), sort_keys=True).encode()
 
 
@@ -122,6 +135,8 @@ def decode_entry(raw: bytes, where: str) -> Entry:
         or (e.extra is not None and not isinstance(e.extra, dict))
         or (e.kind == COMPACT and not _valid_compaction(e.extra))
         or (e.kind == DATA and e.extra is not None and not _valid_parts(e))
+        or (e.kind == COMMIT and e.extra is not None and not _valid_parts(e, markers=1))
+        or (e.kind == BEGIN and (e.count != 0 or e.producer_id < 0 or not e.transactional))
     ):
         raise CorruptObjectError(f"log entry {where} has invalid field values")
     return e
@@ -141,9 +156,10 @@ def _valid_types(e: Entry) -> bool:
             and isinstance(e.token, str))
 
 
-def _valid_parts(e: Entry) -> bool:
-    """A DATA entry's parts: the first is ``data``, the counts add up to ``count``
-    (replay takes each as a batch of its own)."""
+def _valid_parts(e: Entry, markers: int = 0) -> bool:
+    """A DATA entry's parts (or a COMMIT marker's, ``markers`` = 1): the first is
+    ``data``, the counts add up to ``count`` (less the marker's own offset); replay takes
+    each as a batch of its own."""
     assert e.extra is not None
     parts = e.extra.get(PARTS)
     if set(e.extra) != {PARTS} or not isinstance(parts, list) or not parts:
@@ -152,7 +168,7 @@ def _valid_parts(e: Entry) -> bool:
         if not (isinstance(p, list) and len(p) == 5 and isinstance(p[0], str) and p[0]
                 and all(type(v) is int for v in p[1:]) and p[1] > 0 and p[2] >= 0):
             return False
-    return parts[0][0] == e.data and sum(p[1] for p in parts) == e.count
+    return parts[0][0] == e.data and sum(p[1] for p in parts) + markers == e.count
 
 
 def _valid_compaction(x: Any) -> bool:

@@ -18,9 +18,9 @@ import pyarrow.parquet as pq
 
 from txlog import completions, layout
 from txlog.checkpoint import decode_checkpoint, encode_checkpoint
-from txlog.errors import CorruptObjectError, ObjectNotFoundError
+from txlog.errors import CorruptObjectError, ObjectNotFoundError, ProducerFencedError
 from txlog.fanout import fan_out
-from txlog.model import CONTROL_KINDS, DATA, PARTS, Entry, decode_entry
+from txlog.model import BEGIN, COMMIT, CONTROL_KINDS, DATA, PARTS, Entry, decode_entry
 from txlog.partition_state import PartitionState, ReadSpan
 from txlog.records import has_kafka_fields, now_ms
 from txlog.storage.base import ObjectStore
@@ -126,11 +126,11 @@ class PartitionLog:
             return st
 
     def refresh(self) -> PartitionState:
-        st = self._refresh()
         # A commit of this process whose markers are still being written (in the
-        # background) would hold the LSO for a moment: wait for it, so the next read in
-        # the process that committed sees the commit.  Outside the lock: the marker
-        # writer needs it.
+        # background) would hold the LSO for a moment (its transaction is open there, by
+        # a DATA or BEGIN entry): wait for it, so the next read in the process that
+        # committed sees the commit.  Outside the lock: the marker writer needs it.
+        st = self._refresh()
         if st.open_txns and completions.wait_for(self.store.identity, list(st.open_txns)):
             st = self._refresh()
         return st
@@ -203,17 +203,30 @@ class PartitionLog:
             return self._append(spec)
 
     def _append(self, spec: AppendSpec) -> AppendResult:
-        if spec.parts is not None:  # the entry's totals are the parts' (never out of step)
+        marker_parts = spec.kind == COMMIT and spec.parts is not None
+        if marker_parts:
+            # A COMMIT carrying its transaction's last batches (model.MARKER_PARTS_VERSION):
+            # parts of no records are dropped; none left, a plain marker.
+            assert spec.parts is not None
+            spec.parts = [p for p in spec.parts if p[1] > 0]
+            if not spec.parts:
+                spec.parts, marker_parts = None, False
+        if marker_parts:
+            assert spec.parts is not None
+            spec.data = spec.parts[0][0]
+            spec.count = sum(p[1] for p in spec.parts) + 1  # the marker's own offset last
+            spec.nbytes = sum(p[2] for p in spec.parts)
+        elif spec.parts is not None:  # the entry's totals are the parts' (never out of step)
             # A part of no records would start where the next one does; readers refuse it.
             spec.parts = [p for p in spec.parts if p[1] > 0] or spec.parts[:1]
             if len(spec.parts) == 1 or spec.parts[0][1] <= 0:
                 spec.data, spec.count, spec.nbytes, spec.ts_min, spec.ts_max, \
                     spec.untimed = spec.parts[0]
                 spec.parts = None
-        if spec.parts is not None:
-            spec.data = spec.parts[0][0]
-            spec.count = sum(p[1] for p in spec.parts)
-            spec.nbytes = sum(p[2] for p in spec.parts)
+            if spec.parts is not None:
+                spec.data = spec.parts[0][0]
+                spec.count = sum(p[1] for p in spec.parts)
+                spec.nbytes = sum(p[2] for p in spec.parts)
         st = self.current()
         while True:
             if spec.kind == DATA:
@@ -221,6 +234,14 @@ class PartitionLog:
                                         spec.count, spec.transactional)
                 if dup is not None:
                     return AppendResult(dup, -1, duplicate=True)
+            elif spec.kind == BEGIN:
+                if (spec.producer_id, spec.epoch) in st.open_txns:
+                    return AppendResult(st.high_watermark, -1, duplicate=True)  # a retry
+                if st.fence_epoch.get(spec.producer_id, -1) >= spec.epoch:
+                    raise ProducerFencedError(
+                        f"producer {spec.producer_id} epoch {spec.epoch} was fenced: its "
+                        "transaction already ended in this partition; a newer producer "
+                        "owns the transactional.id")
             elif spec.kind in CONTROL_KINDS and (spec.producer_id, spec.epoch) not in \
                     st.open_txns and st.fence_epoch.get(spec.producer_id, -1) >= spec.epoch:
                 # Markers are idempotent: another client's marker for this transaction

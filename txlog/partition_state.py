@@ -29,7 +29,7 @@ from txlog.errors import (
     OutOfOrderSequenceError,
     ProducerFencedError,
 )
-from txlog.model import ABORT, COMMIT, COMPACT, DATA, PARTS, PURGE, RETENTION, Entry
+from txlog.model import ABORT, BEGIN, COMMIT, COMPACT, DATA, PARTS, PURGE, RETENTION, Entry
 
 # Batch statuses.
 PLAIN = 0  # non-transactional: visible once appended
@@ -198,7 +198,16 @@ class PartitionState:
         if e.kind == DATA:
             self._apply_data(e)
         elif e.kind in (COMMIT, ABORT):
-            self._apply_marker(e)
+            if e.extra is not None and e.extra.get(PARTS) is not None:
+                # A COMMIT that carries its transaction's last batches: they are appended
+                # (as a DATA entry of the same parts would be), then the marker, at the
+                # entry's last offset, decides them with the rest.
+                self._apply_data(_data_of_marker(e))
+                self._apply_marker(e, e.last_offset)
+            else:
+                self._apply_marker(e, e.base_offset)
+        elif e.kind == BEGIN:
+            self._apply_begin(e)
         elif e.kind == RETENTION:
             if e.log_start_offset is not None:
                 self._apply_retention(e)
@@ -274,6 +283,18 @@ class PartitionState:
         if e.base_sequence >= 0 and pid >= 0:
             self._record_sequence(e)
 
+    def _apply_begin(self, e: Entry) -> None:
+        """A transaction opens here before its first batch (model.BEGIN), as a first DATA
+        entry would open it: a zombie's (fenced epoch) is ignored."""
+        pid = e.producer_id
+        if e.epoch <= self.fence_epoch.get(pid, -1):
+            return
+        for key in [k for k in self.open_txns if k[0] == pid and k[1] < e.epoch]:
+            self._close(key, FENCED, e.base_offset)
+        if (pid, e.epoch) not in self.open_txns:
+            self.open_txns[(pid, e.epoch)] = OpenTxn(pid, e.epoch, e.base_offset, e.txn_id,
+                                                     first_append_ms=e.append_ms)
+
     def _record_sequence(self, e: Entry) -> None:
         last_seq = e.base_sequence + e.count - 1
         p = self.producers.get(e.producer_id)
@@ -285,13 +306,14 @@ class PartitionState:
         del p.recent[:-RECENT_BATCHES]
         p.last_ms = e.append_ms
 
-    def _apply_marker(self, e: Entry) -> None:
+    def _apply_marker(self, e: Entry, offset: int) -> None:
+        """A COMMIT/ABORT marker of (producer id, epoch) at ``offset``."""
         pid = e.producer_id
         key = (pid, e.epoch)
         if key in self.open_txns:
-            self._close(key, COMMITTED if e.kind == COMMIT else ABORTED, e.base_offset)
+            self._close(key, COMMITTED if e.kind == COMMIT else ABORTED, offset)
         for k in [k for k in self.open_txns if k[0] == pid and k[1] < e.epoch]:
-            self._close(k, FENCED, e.base_offset)
+            self._close(k, FENCED, offset)
         if e.epoch > self.fence_epoch.get(pid, -1):
             self.fence_epoch[pid] = e.epoch
 
@@ -433,3 +455,13 @@ class PartitionState:
 
     def size_bytes(self) -> int:
         return sum(self.batches.nbytes)
+
+
+def _data_of_marker(e: Entry) -> Entry:
+    """The data part of a COMMIT marker that carries batches (model.MARKER_PARTS_VERSION):
+    a transactional DATA entry of the same parts, at the marker entry's first offsets."""
+    return Entry(slot=e.slot, kind=DATA, base_offset=e.base_offset, count=e.count - 1,
+                 producer_id=e.producer_id, epoch=e.epoch, base_sequence=e.base_sequence,
+                 transactional=True, txn_id=e.txn_id, data=e.data, nbytes=e.nbytes,
+                 ts_min=e.ts_min, ts_max=e.ts_max, append_ms=e.append_ms, extra=e.extra,
+                 token=e.token)

@@ -51,7 +51,7 @@ import enum
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
@@ -69,10 +69,11 @@ from txlog.errors import (
     TxlogError,
 )
 from txlog.metrics import record_end_txn
-from txlog.model import DATA
+from txlog.model import BEGIN, DATA
 from txlog.names import CONSUMER_OFFSETS_TOPIC, validate_id
 from txlog.offsets import encode_offset_commits, offsets_partition
 from txlog.partition_log import AppendResult, AppendSpec, Part, PartitionLog
+from txlog.partition_state import PartitionState
 from txlog.partitioner import RoundRobin, partition_for_key
 from txlog.records import (
     CheckedRow,
@@ -83,6 +84,7 @@ from txlog.records import (
     now_ms,
     ts_range,
 )
+from txlog.txn_state import PendingAppend, PendingPart
 
 if TYPE_CHECKING:
     from txlog.log import Log
@@ -208,10 +210,14 @@ def _resolve(fut: Future[None], exc: BaseException | None = None) -> None:
 class _Completion:
     """A decided commit whose markers and CompleteCommit are still to be written."""
 
-    __slots__ = ("markers", "prep")
+    __slots__ = ("batches", "markers", "prep")
 
-    def __init__(self, prep: TxnRecord) -> None:
+    def __init__(self, prep: TxnRecord,
+                 batches: list[tuple[TopicPartition, _PendingBatch, str]]) -> None:
         self.prep = prep
+        # The batches (partition, batch, object key) its COMMIT markers append
+        # (prep.pending): their futures resolve once the markers are written.
+        self.batches = batches
         # Resolves once the markers are written (or failed to be: _settle retries them);
         # readers of this process wait for it (txlog.completions).
         self.markers: Future[None] = Future()
@@ -239,7 +245,7 @@ class _Upload:
 class SendFuture:
     """Result of :meth:`Producer.send`: the record's offset once its batch is written."""
 
-    __slots__ = ("_base", "_error", "_meta", "_written", "index", "tp")
+    __slots__ = ("_base", "_drive", "_error", "_meta", "_written", "index", "tp")
 
     def __init__(self, tp: TopicPartition, index: int,
                  written: threading.Event | None = None) -> None:
@@ -249,6 +255,9 @@ class SendFuture:
         self._meta: RecordMetadata | None = None
         self._error: BaseException | None = None
         self._written = written
+        # A batch a commit's markers append: get() writes them itself if they failed
+        # (the commit stands; the producer may never be called again).
+        self._drive: Callable[[float | None], None] | None = None
 
     def _done(self, base_offset: int) -> None:
         # The metadata is built on first get(): most callers never ask, and building one
@@ -266,7 +275,11 @@ class SendFuture:
         queued for writing (up to ``timeout`` seconds); a non-transactional producer's
         linger thread queues every batch.  A transactional producer's batch that is
         still filling is queued when full, or on flush or commit: before that this
-        raises."""
+        raises.  A batch its commit's markers append (``commit.appends.batches``) is
+        written a moment after the commit returns; if those markers failed, this
+        writes them (retrying up to ``timeout``)."""
+        if self._base < 0 and self._error is None and self._drive is not None:
+            self._drive(timeout)
         if self._base < 0 and self._error is None and self._written is not None:
             self._written.wait(timeout)
         if self._error is not None:
@@ -330,7 +343,8 @@ class _Written(NamedTuple):
 Uploaded = Future[list[_Written]]
 
 _PRODUCER_KEYS = {"batch.size", "linger.ms", "buffer.memory", "enable.idempotence",
-                  "append.parts", "transaction.timeout.ms", "retries"}
+                  "append.parts", "commit.appends.batches", "transaction.timeout.ms",
+                  "retries"}
 
 
 class Producer:
@@ -360,6 +374,13 @@ class Producer:
         self.timeout_ms = int(cfg["transaction.timeout.ms"])
         self.retries = int(cfg["retries"])
         self.append_parts = bool(cfg["append.parts"])
+        # A commit's batches that no entry appended yet are named in its PrepareCommit and
+        # appended by its COMMIT markers (format version 3; needs version 2's parts).
+        self.commit_batches = self.append_parts and bool(cfg["commit.appends.batches"]) \
+            and transactional_id is not None
+        # Written batches a step left to the commit queued behind it (see _write_batches).
+        self._deferred: list[tuple[list[tuple[TopicPartition, _PendingBatch]],
+                                   list[_Written]]] = []
         self._lock = threading.RLock()
         self._pending: dict[TopicPartition, _PendingBatch] = {}
         # Why records cannot be queued now (None: they can); read and set under _lock. A
@@ -414,6 +435,9 @@ class Producer:
         self._producer_id = -1
         self._epoch = 0
         self._registered: set[TopicPartition] = set()
+        # Partitions where the open transaction has an entry (BEGIN or DATA): only there
+        # may its COMMIT marker append batches (a reader meets the transaction there).
+        self._held: set[TopicPartition] = set()
         self._error: BaseException | None = None
         # The state send() needs no further check in (see _check_can_send).
         self._sending_state = State.READY if transactional_id is None else \
@@ -489,6 +513,7 @@ class Producer:
             self._sends_closed = None
         if not self._pipelining():  # else the queued commit resets them when it ends
             self._registered.clear()
+            self._held.clear()
             self._seq.clear()
 
     def send_offsets_to_transaction(self, offsets: Mapping[TopicPartition, int],
@@ -737,17 +762,22 @@ class Producer:
             self._error = exc
             raise
         self._registered.clear()
+        self._held.clear()
         self._seq.clear()
         self.state = State.READY
 
-    def _decide(self, commit: bool) -> None:
+    def _decide(self, commit: bool, pending: tuple[PendingAppend, ...] = (),
+                batches: list[tuple[TopicPartition, _PendingBatch, str]] | None = None,
+                ) -> None:
         """Write Prepare* (an abort also its markers and Complete*; a commit's are left
-        to _complete_decided)."""
+        to _complete_decided).  A commit's ``pending`` batch objects (``batches``) are
+        named in PrepareCommit and appended by its markers."""
         assert self.transactional_id is not None
         t0 = time.perf_counter()
         coord = self.log.coordinator
         self._settle()
-        step = coord.prepare_end(self.transactional_id, self.producer_id, self.epoch, commit)
+        step = coord.prepare_end(self.transactional_id, self.producer_id, self.epoch, commit,
+                                 pending)
         if isinstance(step, tuple):
             self.producer_id, self.epoch = step
         elif not commit:
@@ -755,7 +785,7 @@ class Producer:
             # failed transaction is left to settle.
             self.producer_id, self.epoch = coord.complete(step)
         else:
-            c = _Completion(step)
+            c = _Completion(step, batches or [])
             completions.track(self.log.store.identity, step.producer_id, step.epoch,
                               c.markers)
             self._completing = c
@@ -859,6 +889,9 @@ class Producer:
                         uploaded.set_exception(exc)
                 if not upload.claimed:  # (else the step that claimed it settled them)
                     self._fail_batches([b for _, b in batches], exc)
+                if outcome is not None and self._deferred:  # left to this commit
+                    group, self._deferred = self._deferred, []
+                    self._drop_group(group, exc, discard=True)
                 for f in outcome or ():
                     _resolve(f, exc)
                 if uploaded is not None and not upload.claimed:  # (claimed: attempted)
@@ -905,9 +938,29 @@ class Producer:
     def _commit_queued(self, batches: list[tuple[TopicPartition, _PendingBatch]],
                        uploaded: Uploaded | None, outcome: list[Future[None]]) -> None:
         decided, done = outcome
-        self._write_batches(batches, uploaded)
-        self._decide(commit=True)
+        group, self._deferred = self._deferred, []
+        if not self.commit_batches:
+            self._write_batches(batches, uploaded)
+            self._decide(commit=True)
+        else:
+            # No DATA entry before the decision: PrepareCommit names the objects written
+            # since the last entry, and the markers append them (one entry per partition).
+            try:
+                group += self._write_batches(batches, uploaded, defer=True)
+            except BaseException as exc:
+                self._drop_group(group, exc, discard=True)  # never named anywhere
+                raise
+            group = self._append_unheld(group)
+            pending, named = self._pending_appends(group)
+            try:
+                self._decide(commit=True, pending=pending, batches=named)
+            except BaseException as exc:
+                # Not discarded: a PrepareCommit of unknown outcome may name them, and
+                # whoever rolls it forward appends them.
+                self._drop_group(group, exc, discard=False)
+                raise
         self._registered.clear()
+        self._held.clear()
         self._seq.clear()
         _resolve(decided)  # a blocking commit_transaction() returns; the markers follow
         try:
@@ -916,6 +969,133 @@ class Producer:
             # The caller's future (and its callbacks, on this thread) once the markers
             # are written: a read there, or on a thread it waits for, sees the commit.
             _resolve(done)
+
+    def _pending_appends(self, group: list[tuple[list[tuple[TopicPartition, _PendingBatch]],
+                                                 list[_Written]]],
+                         ) -> tuple[tuple[PendingAppend, ...],
+                                    list[tuple[TopicPartition, _PendingBatch, str]]]:
+        """The written objects of ``group`` as PrepareCommit's pending appends (one per
+        partition, in order, each from the partition's next sequence number), and the
+        batches they carry."""
+        now = now_ms()
+        by_tp: dict[TopicPartition, list[PendingPart]] = {}
+        named: list[tuple[TopicPartition, _PendingBatch, str]] = []
+        for batches, written in group:
+            for (tp, batch), w in zip(batches, written, strict=True):
+                if w.rows <= 0:  # (nothing to append: resolved at once)
+                    for f in batch.futures:
+                        f._done(0)
+                    batch.set_written()
+                    continue
+                by_tp.setdefault(tp, []).append(
+                    (w.key, w.rows, w.nbytes, *_given_or_now(w.ts_min, w.ts_max, w.untimed, now),
+                     w.untimed))
+                named.append((tp, batch, w.key))
+                for f in batch.futures:
+                    f._drive = self._drive_markers
+        pending = tuple(PendingAppend(tp.topic, tp.partition,
+                                      self._seq.get(tp, 0) if self.idempotent else -1,
+                                      tuple(parts)) for tp, parts in by_tp.items())
+        return pending, named
+
+    def _append_unheld(self, group: list[tuple[list[tuple[TopicPartition, _PendingBatch]],
+                                              list[_Written]]],
+                       ) -> list[tuple[list[tuple[TopicPartition, _PendingBatch]],
+                                       list[_Written]]]:
+        """Append the batches of ``group`` in partitions where the transaction holds
+        no entry yet (a COMMIT marker may only append where a reader meets the
+        transaction first); returns the rest."""
+        if all(tp in self._held for batches, _ in group for tp, _ in batches):
+            return group
+        now: list[tuple[list[tuple[TopicPartition, _PendingBatch]], list[_Written]]] = []
+        later: list[tuple[list[tuple[TopicPartition, _PendingBatch]], list[_Written]]] = []
+        for batches, written in group:
+            for keep, out in ((False, now), (True, later)):
+                pairs = [(b, w) for b, w in zip(batches, written, strict=True)
+                         if (b[0] in self._held) == keep]
+                if pairs:
+                    out.append(([b for b, _ in pairs], [w for _, w in pairs]))
+        try:
+            self._append_entries(now)
+        except BaseException as exc:
+            self._drop_group(later, exc, discard=True)
+            raise
+        return later
+
+    def _drop_group(self, group: list[tuple[list[tuple[TopicPartition, _PendingBatch]],
+                                           list[_Written]]],
+                    exc: BaseException, *, discard: bool) -> None:
+        """Fail the batches of a group no commit appends; ``discard``: delete their
+        objects too (only when nothing can name them)."""
+        self._fail_batches([b for batches, _ in group for _, b in batches], exc)
+        if discard:
+            tps = [tp for batches, _ in group for tp, _ in batches]
+            self._discard_keys(tps, [w.key for _, written in group for w in written])
+
+    def _drive_markers(self, timeout: float | None) -> None:
+        """For SendFuture.get() of a batch the last commit's markers append: wait for
+        the committer to write them; if that failed, write them here (retrying, up to
+        ``timeout``), so the batch's offsets come without another producer call."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        delay = 0.05
+        while True:
+            c = self._completing
+            if c is None or not c.batches:
+                return  # resolved, or being resolved right now
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not c.markers.done():
+                wait([c.markers], timeout=left)
+                if not c.markers.done():
+                    return  # out of time
+                continue
+            if c.markers.exception() is None:
+                return  # the committer resolves the batches next
+            try:
+                with self._settle_lock:
+                    if self._completing is not c:
+                        continue  # another thread finished it
+                    assert self.transactional_id is not None
+                    self._producer_id, self._epoch = self.log.coordinator.end_txn(
+                        self.transactional_id, c.prep.producer_id, c.prep.epoch,
+                        commit=True)
+                    self._completing = None
+                self._resolve_appended(c)
+                return
+            except Exception as exc:
+                _log.debug("markers of a decided commit not written yet: %s", exc)
+                if left is not None and left <= delay:
+                    return
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
+
+    def _resolve_appended(self, c: _Completion) -> None:
+        """Give the futures of the batches a commit's markers appended their offsets."""
+        if not c.batches:
+            return
+        by_tp: dict[TopicPartition, list[tuple[_PendingBatch, str]]] = {}
+        for tp, batch, key in c.batches:
+            by_tp.setdefault(tp, []).append((batch, key))
+        for tp, items in by_tp.items():
+            plog = self.log.partition_log(tp)
+            why: BaseException | None = None
+            try:
+                found = _find_objects(plog.current(), [k for _, k in items])
+                if len(found) < len(items):  # another client's roll-forward wrote them
+                    found = _find_objects(plog.refresh(), [k for _, k in items])
+            except Exception as exc:  # the commit holds: only the offsets are unknown
+                found, why = {}, exc
+            for batch, key in items:
+                if key in found:
+                    for f in batch.futures:
+                        f._done(found[key])
+                else:
+                    for f in batch.futures:
+                        f._fail(TxlogError(
+                            f"the batch committed, but its offset in {tp.topic}-"
+                            f"{tp.partition} is unknown ({why or 'compacted since'}); "
+                            "read the partition to find its records"))
+                batch.set_written()
+        c.batches = []
 
     def _complete_decided(self) -> None:
         """On the committer thread, right after a commit's decision: write its markers,
@@ -937,6 +1117,7 @@ class Producer:
             _log.debug("markers of a decided commit not written yet: %s", exc)
             return
         _resolve(c.markers)
+        self._resolve_appended(c)
         with self._qlock:
             if self._queued_steps > 1:  # this step counts itself
                 return
@@ -1003,6 +1184,7 @@ class Producer:
                 self.transactional_id, c.prep.producer_id, c.prep.epoch, commit=True)
             self._completing = None
         _resolve(c.markers)  # end_txn wrote them (if the committer has not said so yet)
+        self._resolve_appended(c)
 
     def _complete_into_next(self, tps: list[TopicPartition]) -> bool:
         """Register ``tps`` in the state-log write that completes the last commit, whose
@@ -1325,12 +1507,16 @@ class Producer:
                 in zip(tables, batches, self._write_objects(items), strict=True)]
 
     def _write_batches(self, batches: list[tuple[TopicPartition, _PendingBatch]],
-                       uploaded: Uploaded | None) -> None:
+                       uploaded: Uploaded | None, *, defer: bool = False,
+                       ) -> list[tuple[list[tuple[TopicPartition, _PendingBatch]],
+                                       list[_Written]]]:
         """On the committer thread: wait for the batch objects ``uploaded`` is writing,
-        registering their partitions meanwhile, then append their log entries.  A failure
-        is the step's: _await_pipeline gives the caller's thread the state it leaves."""
+        registering their partitions meanwhile, then append their log entries (a commit
+        with ``defer``: return them instead, for its PrepareCommit to name; a step that
+        a commit's is claimed with leaves them to it too).  A failure is the step's:
+        _await_pipeline gives the caller's thread the state it leaves."""
         if not batches:
-            return
+            return []
         assert uploaded is not None  # _upload() writes every non-empty step's objects
         tps = [tp for tp, _ in batches]
         try:
@@ -1338,6 +1524,9 @@ class Producer:
             # for the last commit's markers; neither needs the other).
             try:
                 self._register(tps)
+                if defer:  # a commit's: its markers append them, and a reader that
+                    # meets the transaction here first rolls a decided one forward
+                    self._begin([tp for tp in dict.fromkeys(tps) if tp not in self._held])
             except BaseException:
                 wait([uploaded])
                 if uploaded.exception() is None:
@@ -1348,25 +1537,35 @@ class Producer:
             self._fail_batches([b for _, b in batches], exc)
             raise
         group = [(batches, written)]
+        if defer:
+            return group
         running = self._running
         if running is not None and not running.commit and self.append_parts:
-            group += self._claim_ready()
+            claimed, through_commit = self._claim_ready()
+            group += claimed
+            if through_commit and self.commit_batches:
+                # The commit's PrepareCommit names them (appended here: those in
+                # partitions the transaction holds nothing in yet).
+                self._deferred += self._append_unheld(group)
+                return []
         self._append_entries(group)
+        return []
 
-    def _claim_ready(self) -> list[tuple[list[tuple[TopicPartition, _PendingBatch]],
-                                          list[_Written]]]:
+    def _claim_ready(self) -> tuple[list[tuple[list[tuple[TopicPartition, _PendingBatch]],
+                                                list[_Written]]], bool]:
         """Take over the appends of the steps queued right behind the running one whose
         objects are written already, up to and including a commit's (not past it: the
         next transaction's batches follow its decision).  Behind a slow committer, one
         entry per partition then appends what several steps wrote, instead of one entry
         per object: on S3 each is a conditional put of 3-7 ms, and a transaction's
         commit waited for them one by one.  Once a commit is queued, the uploads before
-        it are waited for first (_uploads_through_commit), so that one entry takes all."""
+        it are waited for first (_uploads_through_commit), so that one entry takes all.
+        Also returns whether a commit's step was claimed."""
         out: list[tuple[list[tuple[TopicPartition, _PendingBatch]], list[_Written]]] = []
         wait(self._uploads_through_commit())
         with self._qlock:
             if self._pipeline_error is not None:
-                return out
+                return out, False
             for u in self._order:
                 up = u.uploaded
                 if u.claimed or up is None or not up.done() or up.exception() is not None \
@@ -1378,8 +1577,8 @@ class Producer:
                 u.claimed = True
                 out.append((u.batches, up.result()))
                 if u.commit:
-                    break
-        return out
+                    return out, True
+        return out, False
 
     def _uploads_through_commit(self) -> list[Uploaded]:
         """The uploads of the steps queued behind the running one, through a queued
@@ -1475,6 +1674,25 @@ class Producer:
                                                     self.epoch, new)
             self._registered.update(new)
 
+    def _begin(self, tps: list[TopicPartition]) -> None:
+        """Open the transaction in ``tps`` with a BEGIN entry each (model.BEGIN), while
+        the batches that its COMMIT markers will append there upload."""
+        if not tps:
+            return
+
+        def one(tp: TopicPartition) -> None:
+            self._append_with_retries(self.log.partition_log(tp), AppendSpec(
+                kind=BEGIN, count=0, producer_id=self.producer_id, epoch=self.epoch,
+                transactional=True, txn_id=self.transactional_id))
+            self._held.add(tp)
+            crashpoint("after_begin")
+
+        if len(tps) > 1 and self.log.store.backend not in ("local", "memory"):
+            fanout.fan_out(one, tps)
+        else:
+            for tp in tps:
+                one(tp)
+
     def _append_now(self, tp: TopicPartition, table: pa.Table) -> int:
         """Write the batch object, then claim the partition's next slot for it."""
         self._register([tp])
@@ -1517,6 +1735,8 @@ class Producer:
             raise
         if self.idempotent:
             self._seq[tp] = seq + num_rows
+        if spec.transactional:
+            self._held.add(tp)
         crashpoint("after_data_append")
         return res.base_offset
 
@@ -1528,7 +1748,8 @@ class Producer:
             try:
                 return plog.append(spec)
             except StorageError:
-                if attempt == self.retries or spec.base_sequence < 0:
+                # (a BEGIN's retry is recognised as its transaction's open entry)
+                if attempt == self.retries or (spec.base_sequence < 0 and spec.kind != BEGIN):
                     raise
                 plog.state = None  # re-read the log: our view may be behind
                 time.sleep(delay)
@@ -1659,3 +1880,17 @@ class Producer:
 
 
 
+
+
+def _find_objects(st: PartitionState, keys: list[str]) -> dict[str, int]:
+    """The base offsets of the batch objects ``keys`` in ``st`` (the newest batches
+    first: a commit's markers appended them a moment ago)."""
+    want = set(keys)
+    found: dict[str, int] = {}
+    b = st.batches
+    for i in range(len(b) - 1, -1, -1):
+        if b.data[i] in want and b.data[i] not in found:
+            found[b.data[i]] = b.base_offset[i]
+            if len(found) == len(want):
+                break
+    return found

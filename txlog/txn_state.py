@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from txlog.errors import CorruptObjectError, InvalidTxnStateError, UnsupportedFormatError
 
@@ -39,7 +39,26 @@ PREPARING = frozenset({PREPARE_COMMIT, PREPARE_ABORT})
 COMPLETE = frozenset({EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT})
 
 MAX_EPOCH = 32_766  # Kafka's epochs are shorts; the last one is reserved
-RECORD_VERSION = 1
+#: Version 2: a PrepareCommit that names batch objects still to append (``pending``); every
+#: other record is still written as version 1.  An older txlog must refuse it: rolling
+#: the commit forward without appending them would commit the transaction without them.
+RECORD_VERSION = 2
+PENDING_VERSION = 2
+
+#: A batch object to append: key, count, nbytes, ts_min, ts_max (None: no record has a
+#: timestamp of its own), untimed (some record has none).
+PendingPart = tuple[str, int, int, "int | None", "int | None", bool]
+
+
+class PendingAppend(NamedTuple):
+    """Batch objects of a deciding transaction that no entry appended yet: its COMMIT
+    marker to ``topic``/``partition`` appends them (model.MARKER_PARTS_VERSION), with
+    the producer's next sequence number there."""
+
+    topic: str
+    partition: int
+    base_sequence: int
+    parts: tuple[PendingPart, ...]
 
 
 @dataclass(frozen=True)
@@ -71,6 +90,10 @@ class TxnRecord:
     # completed that commit itself.
     prev_outcome: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    # PrepareCommit only: the batch objects its markers append (see PendingAppend).  The
+    # decision then needs no DATA entry before it: the objects are durable, and whoever
+    # rolls the commit forward appends them with the markers.
+    pending: tuple[PendingAppend, ...] = ()
 
     def transition(self, state: str, **changes: Any) -> TxnRecord:
         if state not in STATES:
@@ -79,6 +102,9 @@ class TxnRecord:
             raise InvalidTxnStateError(
                 f"transaction {self.txn_id!r} cannot go from {self.state} to {state}"
             )
+        changes.setdefault("pending", ())  # named by one PrepareCommit record, never kept
+        if changes["pending"] and state != PREPARE_COMMIT:
+            raise InvalidTxnStateError(f"{state} cannot name batch objects to append")
         return replace(self, state=state, **changes)
 
     def expired(self, now_ms: int) -> bool:
@@ -87,7 +113,13 @@ class TxnRecord:
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d["partitions"] = [list(p) for p in self.partitions]
-        d["v"] = RECORD_VERSION
+        if self.pending:
+            d["pending"] = [[a.topic, a.partition, a.base_sequence, [list(p) for p in a.parts]]
+                            for a in self.pending]
+            d["v"] = PENDING_VERSION
+        else:
+            del d["pending"]  # (version 1 records, as txlog before 0.3 reads them)
+            d["v"] = 1
         return d
 
     @staticmethod
@@ -113,12 +145,35 @@ class TxnRecord:
                 abort_reason=str(d.get("abort_reason", "")),
                 prev_outcome=str(d.get("prev_outcome", "")),
                 extra=dict(d.get("extra") or {}),
+                pending=_pending_of(d.get("pending") or []),
             )
         except (KeyError, TypeError, ValueError, OverflowError) as exc:
             raise CorruptObjectError(f"transaction record in {where} is invalid: {exc}") from None
         if rec.state not in STATES:
             raise CorruptObjectError(f"transaction record in {where} has state {rec.state!r}")
+        if rec.pending and rec.state != PREPARE_COMMIT:
+            raise CorruptObjectError(
+                f"transaction record in {where} is {rec.state} but names batch objects to "
+                "append (only PrepareCommit does)")
         return rec
+
+
+def _pending_of(raw: list[Any]) -> tuple[PendingAppend, ...]:
+    """Decode ``pending``; raises TypeError/ValueError on anything malformed."""
+    out = []
+    for topic, partition, seq, parts in raw:
+        ps: list[PendingPart] = []
+        for key, n, nb, lo, hi, untimed in parts:
+            if not (isinstance(key, str) and key and type(n) is int and n > 0
+                    and type(nb) is int and nb >= 0 and isinstance(untimed, bool)
+                    and all(v is None or type(v) is int for v in (lo, hi))):
+                raise ValueError(f"invalid pending batch object {key!r}")
+            ps.append((key, n, nb, lo, hi, untimed))
+        if not (isinstance(topic, str) and type(partition) is int and type(seq) is int
+                and ps):
+            raise ValueError(f"invalid pending append to {topic!r}")
+        out.append(PendingAppend(topic, partition, seq, tuple(ps)))
+    return tuple(out)
 
 
 def bump_epoch(rec: TxnRecord, new_producer_id: int | None) -> tuple[int, int]:

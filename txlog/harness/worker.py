@@ -144,7 +144,11 @@ class Worker:
         oid = self.rec.invoke("init", {"txn_id": txn_id})
         p = None
         try:
-            p = self.log.producer(transactional_id=txn_id)
+            # A share of instances writes the version-2 format (DATA entries before the
+            # decision, plain markers): both kinds of commit meet in the same logs.
+            p = self.log.producer(transactional_id=txn_id, **{
+                "commit.appends.batches": self.rng.random() >= float(
+                    self.spec.get("v2_commit_rate", 0.25))})
             p.init_transactions()
         except Exception as exc:
             self.fail(oid, "init", exc)

@@ -1,0 +1,277 @@
+"""A commit's last batches appended by its COMMIT markers (``commit.appends.batches``).
+
+PrepareCommit names the batch objects no entry appended yet; each partition's COMMIT
+marker appends them and commits the transaction there in one put-if-absent.  A BEGIN
+entry, written while the objects upload, opens the transaction in a partition first, so
+a reader meets it there and rolls a decided commit forward if its producer is gone.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import txlog
+from txlog import TopicPartition
+from txlog.errors import InvalidTxnStateError, StorageError
+from txlog.model import BEGIN, COMMIT
+from txlog.partition_log import AppendSpec, PartitionLog
+from txlog.records import kafka_table
+from txlog.txn_state import ONGOING, PREPARE_COMMIT, PendingAppend, TxnRecord
+
+
+def entries(log: txlog.Log, topic: str, partition: int) -> list[Any]:
+    from test_bad_input import data_entries
+
+    return data_entries(log, topic, partition, ("data", "commit", "abort", "begin"))
+
+
+def values(log: txlog.Log, topic: str, isolation: str = "read_committed") -> list[bytes]:
+    c = txlog.connect(log.url).consumer(isolation_level=isolation)
+    c.assign(log.partitions_for(topic))
+    c.seek_to_beginning()
+    out: list[bytes] = []
+    while got := c.poll(max_records=10_000):
+        out.extend(r.value for r in got)
+    return out
+
+
+@pytest.fixture
+def log(tmp_path: Path) -> txlog.Log:
+    lg = txlog.connect(str(tmp_path))
+    lg.create_topic("a", partitions=2)
+    return lg
+
+
+def test_a_small_commit_writes_begin_then_one_marker_that_carries_its_batch(
+        log: txlog.Log) -> None:
+    """Per partition: BEGIN, then COMMIT carrying the batch (no DATA entry): three
+    conditional writes per transaction (AddPartitions, BEGIN, PrepareCommit) before the
+    decision, and the marker after it.  The batch's records take the offsets before the
+    marker; futures, a fresh reader and the LSO agree."""
+    p = log.producer(transactional_id="small")
+    p.init_transactions()
+    futs = []
+    for n in range(3):
+        p.begin_transaction()
+        futs.append(p.send("a", f"r{n}".encode(), partition=0))
+        p.commit_transaction()
+    assert [f.get(60).offset for f in futs] == [0, 2, 4]
+    p.close()
+    assert [(e.kind, e.count) for e in entries(log, "a", 0)] == [
+        (BEGIN, 0), (COMMIT, 2)] * 3
+    assert values(log, "a") == [b"r0", b"r1", b"r2"]
+    st = txlog.connect(log.url).partition_log(TopicPartition("a", 0)).refresh()
+    assert st.last_stable_offset == st.high_watermark == 6 and not st.open_txns
+
+
+def test_a_read_in_the_committing_process_sees_the_commit(
+        log: txlog.Log, monkeypatch: pytest.MonkeyPatch) -> None:
+    """commit_transaction() returns once PrepareCommit is durable; a read in the same
+    process waits for the marker that appends the batch (the BEGIN entry tells it the
+    transaction is open there), so it never misses the commit it just made."""
+    from txlog import completions
+
+    gate, waiting = threading.Event(), threading.Event()
+    real_wait = completions.wait_for
+
+    def spy(*args: Any) -> bool:
+        waiting.set()
+        return real_wait(*args)
+
+    monkeypatch.setattr(completions, "wait_for", spy)
+    p = log.producer(transactional_id="ryw")
+    p.init_transactions()
+    real = log.coordinator.write_marker
+
+    def held(*args: Any, **kw: Any) -> None:
+        assert gate.wait(60), "test never released the marker"
+        real(*args, **kw)
+
+    log.coordinator.write_marker = held  # type: ignore[method-assign]
+    p.begin_transaction()
+    p.send("a", b"mine", partition=1)
+    p.commit_transaction()  # decided; the marker is held
+    assert log.coordinator.record("ryw").state == PREPARE_COMMIT  # type: ignore[union-attr]
+    seen: list[bytes] = []
+
+    def read() -> None:
+        c = log.consumer()
+        c.assign([TopicPartition("a", 1)])
+        c.seek_to_beginning()  # (waits for this process's marker)
+        seen.extend(r.value for r in c.poll(1000))
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    assert waiting.wait(60), "the reader never waited for the commit"
+    gate.set()
+    reader.join(60)
+    assert seen == [b"mine"]
+    p.close()
+
+
+def _prepared_with_pending(log: txlog.Log, txn_id: str, rows: int) -> TxnRecord:
+    """A transaction decided as a crashed producer leaves it: registered, BEGIN written
+    in partitions 0 and 1, objects uploaded, PrepareCommit naming them; no marker."""
+    coord = log.coordinator
+    pid, epoch = coord.init_producer_id(txn_id, 60_000)
+    tps = [TopicPartition("a", 0), TopicPartition("a", 1)]
+    coord.add_partitions(txn_id, pid, epoch, tps)
+    pending = []
+    for tp in tps:
+        plog = log.partition_log(tp)
+        plog.append(AppendSpec(kind=BEGIN, count=0, producer_id=pid, epoch=epoch,
+                               transactional=True, txn_id=txn_id))
+        key, nbytes = plog.write_data(kafka_table(
+            [(None, f"{tp.partition}-{i}".encode(), None, None) for i in range(rows)]))
+        pending.append(PendingAppend(tp.topic, tp.partition, 0,
+                                     ((key, rows, nbytes, None, None, True),)))
+    prep = coord.prepare_end(txn_id, pid, epoch, True, tuple(pending))
+    assert isinstance(prep, TxnRecord) and prep.state == PREPARE_COMMIT
+    return prep
+
+
+def test_a_reader_alone_rolls_a_decided_commit_forward_and_appends_its_batches(
+        log: txlog.Log) -> None:
+    _prepared_with_pending(log, "gone", 3)
+    assert values(log, "a") == [b"0-0", b"0-1", b"0-2", b"1-0", b"1-1", b"1-2"]
+    rec = log.coordinator.record("gone")
+    assert rec is not None and rec.state == "CompleteCommit" and not rec.pending
+    for part in (0, 1):
+        assert [(e.kind, e.count) for e in entries(log, "a", part)] == [(BEGIN, 0), (COMMIT, 4)]
+
+
+def test_racing_roll_forwards_append_the_batches_once(log: txlog.Log) -> None:
+    """Four clients roll the same PrepareCommit forward at once: one marker per
+    partition lands with the batches; the others see it and append nothing."""
+    prep = _prepared_with_pending(log, "race", 2)
+    clients = [txlog.connect(log.url) for _ in range(4)]
+    start = threading.Barrier(len(clients))
+    errors: list[BaseException] = []
+
+    def roll(c: txlog.Log) -> None:
+        try:
+            start.wait(30)
+            c.coordinator.write_markers(prep)
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=roll, args=(c,)) for c in clients]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors
+    for part in (0, 1):
+        assert [(e.kind, e.count) for e in entries(log, "a", part)] == [(BEGIN, 0), (COMMIT, 3)]
+    assert sorted(values(log, "a")) == [b"0-0", b"0-1", b"1-0", b"1-1"]
+
+
+@pytest.mark.parametrize("then", ["next_transaction", "get_alone"])
+def test_a_failed_marker_leaves_the_commit_standing_and_the_next_call_appends_it(
+        log: txlog.Log, monkeypatch: pytest.MonkeyPatch, then: str) -> None:
+    """The marker that carries the batch fails: the commit stands (PrepareCommit is
+    durable), the batch's future waits, and the producer's next call writes the marker
+    (or the future's get() does, if the application only asks for the offset): the
+    records appear once, where the future says."""
+    real = PartitionLog.append
+    failed = []
+
+    def flaky(plog: PartitionLog, spec: AppendSpec) -> Any:
+        if spec.kind == COMMIT and spec.parts and not failed:
+            failed.append(spec)
+            raise StorageError("injected: the marker failed")
+        return real(plog, spec)
+
+    monkeypatch.setattr(PartitionLog, "append", flaky)
+    p = log.producer(transactional_id="flaky", retries=0)
+    p.init_transactions()
+    p.begin_transaction()
+    fut = p.send("a", b"kept", partition=0)
+    p.commit_transaction()
+    assert failed and not fut.done()
+    if then == "get_alone":
+        assert fut.get(60).offset == 0
+        assert values(log, "a") == [b"kept"]
+        p.close()
+        return
+    p.begin_transaction()  # settles the last commit first
+    p.send("a", b"next", partition=0)
+    p.commit_transaction()
+    assert fut.get(60).offset == 0
+    p.close()
+    assert values(log, "a") == [b"kept", b"next"]
+
+
+def test_a_prepare_commit_that_fails_appends_nothing_and_can_be_aborted(
+        log: txlog.Log, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Refused before it lands: the batch it would have named is never appended (and
+    its object stays: a PrepareCommit of unknown outcome may still name it)."""
+    from txlog.coordinator import Coordinator
+
+    real = Coordinator.prepare_end
+
+    def refuse(self: Coordinator, *args: Any, **kw: Any) -> Any:
+        if args[3]:  # a commit
+            raise StorageError("injected: PrepareCommit failed")
+        return real(self, *args, **kw)
+
+    monkeypatch.setattr(Coordinator, "prepare_end", refuse)
+    p = log.producer(transactional_id="nope", retries=0)
+    p.init_transactions()
+    p.begin_transaction()
+    fut = p.send("a", b"lost", partition=0)
+    with pytest.raises(StorageError, match="injected"):
+        p.commit_transaction()
+    with pytest.raises(StorageError, match="injected"):
+        fut.get(60)
+    p.abort_transaction()
+    monkeypatch.setattr(Coordinator, "prepare_end", real)
+    p.begin_transaction()
+    p.send("a", b"after", partition=0)
+    p.commit_transaction()
+    p.close()
+    assert values(log, "a") == [b"after"]
+    assert values(log, "a", "read_uncommitted") == [b"after"]
+
+
+def test_commit_appends_batches_false_writes_the_version_2_format(log: txlog.Log) -> None:
+    """For logs that txlog 0.2 still reads: DATA entries before the decision, plain
+    markers, no BEGIN, and PrepareCommit records of version 1."""
+    import json
+
+    p = log.producer(transactional_id="v2", **{"commit.appends.batches": False})
+    p.init_transactions()
+    p.begin_transaction()
+    p.send("a", b"x", partition=0)
+    p.commit_transaction()
+    p.close()
+    keys = log.store.list("topics/a/0/log/")
+    assert [json.loads(log.store.get(k))["v"] for k in keys] == [1, 1]
+    assert [e.kind for e in entries(log, "a", 0)] == ["data", COMMIT]
+    assert all(json.loads(log.store.get(k)).get("record", {}).get("v", 1) == 1
+               for k in log.store.list("_txn/state/"))
+
+
+def test_pending_appends_are_kept_by_prepare_commit_only() -> None:
+    rec = TxnRecord("t", 1, 0, ONGOING, 1000, (("a", 0),))
+    pending = (PendingAppend("a", 0, 0, (("k", 1, 10, None, None, True),)),)
+    prep = rec.transition(PREPARE_COMMIT, pending=pending)
+    assert TxnRecord.from_json(prep.to_json(), "x") == prep
+    assert prep.to_json()["v"] == 2 and rec.to_json()["v"] == 1
+    assert not prep.transition("CompleteCommit").pending
+    with pytest.raises(InvalidTxnStateError):
+        rec.transition(ONGOING, pending=pending)
+
+
+def test_prepare_commit_refuses_batches_of_an_unregistered_partition(
+        log: txlog.Log) -> None:
+    coord = log.coordinator
+    pid, epoch = coord.init_producer_id("unreg", 60_000)
+    coord.add_partitions("unreg", pid, epoch, [TopicPartition("a", 0)])
+    with pytest.raises(InvalidTxnStateError, match="unregistered"):
+        coord.prepare_end("unreg", pid, epoch, True, (
+            PendingAppend("a", 1, 0, (("k", 1, 10, None, None, True),)),))
