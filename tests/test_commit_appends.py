@@ -275,3 +275,125 @@ def test_prepare_commit_refuses_batches_of_an_unregistered_partition(
     with pytest.raises(InvalidTxnStateError, match="unregistered"):
         coord.prepare_end("unreg", pid, epoch, True, (
             PendingAppend("a", 1, 0, (("k", 1, 10, None, None, True),)),))
+
+
+def test_begin_entries_written_in_parallel_do_not_wait_for_the_committer(
+        log: txlog.Log, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a remote store a commit that opens several partitions writes their BEGIN
+    entries on fan-out threads.  Found by the torture run on S3: those threads read the
+    producer id through the property that settles the last commit first, which waits
+    for the committer, which waited for them."""
+    monkeypatch.setattr(type(log.store), "backend", "s3")  # fan out, on the local disk
+    p = log.producer(transactional_id="wide")
+    p.init_transactions()
+    done = threading.Event()
+
+    def two_commits() -> None:
+        for n in range(2):
+            p.begin_transaction()
+            p.send("a", f"x{n}".encode(), partition=0)
+            p.send("a", f"y{n}".encode(), partition=1)
+            p.commit_transaction()
+        done.set()
+
+    t = threading.Thread(target=two_commits, daemon=True)
+    t.start()
+    assert done.wait(60), "the commit hung"
+    p.close()
+    assert sorted(values(log, "a")) == [b"x0", b"x1", b"y0", b"y1"]
+
+
+def _failing_markers(monkeypatch: pytest.MonkeyPatch) -> dict[str, bool]:
+    """Every COMMIT marker that carries batches fails while ``["on"]`` is true."""
+    real = PartitionLog.append
+    fail = {"on": True}
+
+    def flaky(plog: PartitionLog, spec: AppendSpec) -> Any:
+        if spec.kind == COMMIT and spec.parts and fail["on"]:
+            raise StorageError("injected: the marker failed")
+        return real(plog, spec)
+
+    monkeypatch.setattr(PartitionLog, "append", flaky)
+    return fail
+
+
+def _outcome(fut: Any) -> Any:
+    try:
+        return fut.get()
+    except BaseException as exc:
+        return exc
+
+
+def test_get_returns_after_init_transactions_rolled_the_commit_forward(
+        log: txlog.Log, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Review finding: the markers fail, and the next init_transactions() finds the
+    commit rolled forward (by its own init_producer_id): the batch's future must then
+    take its offset, not wait for markers nobody will write again."""
+    from txlog.coordinator import Coordinator
+
+    fail = _failing_markers(monkeypatch)
+    p = log.producer(transactional_id="reinit", retries=0)
+    p.init_transactions()
+    p.begin_transaction()
+    fut = p.send("a", b"kept", partition=0)
+    p.commit_transaction()
+    real_init = Coordinator.init_producer_id
+
+    def init_then_heal(self: Coordinator, *a: Any, **kw: Any) -> Any:
+        fail["on"] = False  # (the settle before it failed once more)
+        return real_init(self, *a, **kw)
+
+    monkeypatch.setattr(Coordinator, "init_producer_id", init_then_heal)
+    p.init_transactions()
+    got: list[Any] = []
+    t = threading.Thread(target=lambda: got.append(_outcome(fut)), daemon=True)
+    t.start()
+    t.join(30)
+    assert got and got[0].offset == 0
+    p.close()
+
+
+def test_get_ends_once_a_newer_instance_rolled_the_commit_forward(
+        log: txlog.Log, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Review finding: after a newer instance fenced the producer (rolling the commit
+    forward), get() stops retrying the markers and takes the offset from the log."""
+    fail = _failing_markers(monkeypatch)
+    p = log.producer(transactional_id="zombie", retries=0)
+    p.init_transactions()
+    p.begin_transaction()
+    fut = p.send("a", b"kept", partition=0)
+    p.commit_transaction()
+    fail["on"] = False
+    q = txlog.connect(log.url).producer(transactional_id="zombie")
+    q.init_transactions()  # rolls the decided commit forward: b"kept" is committed
+    got: list[Any] = []
+    t = threading.Thread(target=lambda: got.append(_outcome(fut)), daemon=True)
+    t.start()
+    t.join(30)
+    assert got and got[0].offset == 0
+    assert values(log, "a") == [b"kept"]
+    q.close()
+
+
+def test_abort_by_start_offset_refuses_transactions_that_share_it(log: txlog.Log) -> None:
+    """Review finding: a BEGIN entry takes no offset, so two transactions opened one
+    after the other start at the same offset: ``abort --start-offset`` must name them
+    and ask for the producer id and epoch instead of picking one."""
+    from txlog.admin import abort_partition_txn
+
+    coord = log.coordinator
+    tp = TopicPartition("a", 0)
+    opened = []
+    for tid in ("hung", "healthy"):
+        pid, epoch = coord.init_producer_id(tid, 60_000)
+        coord.add_partitions(tid, pid, epoch, [tp])
+        log.partition_log(tp).append(AppendSpec(kind=BEGIN, count=0, producer_id=pid,
+                                                epoch=epoch, transactional=True,
+                                                txn_id=tid))
+        opened.append((pid, epoch))
+    with pytest.raises(InvalidTxnStateError, match="2 open transactions"):
+        abort_partition_txn(log, tp, start_offset=0)
+    pid, epoch = opened[0]
+    abort_partition_txn(log, tp, producer_id=pid, producer_epoch=epoch)
+    st = log.partition_log(tp).refresh()
+    assert list(st.open_txns) == [opened[1]]

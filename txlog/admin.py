@@ -279,12 +279,18 @@ def abort_partition_txn(txlog: Log, tp: TopicPartition, *, producer_id: int | No
     starting at ``start_offset``: kafka-transactions.sh abort --topic --partition."""
     plog = txlog.partition_log(tp)
     st = plog.refresh()
-    txn = None
-    for t in st.open_txns.values():
-        wanted = (t.first_offset == start_offset if start_offset is not None
-                  else (t.producer_id, t.epoch) == (producer_id, producer_epoch))
-        if wanted:
-            txn = t
+    found = [t for t in st.open_txns.values()
+             if (t.first_offset == start_offset if start_offset is not None
+                 else (t.producer_id, t.epoch) == (producer_id, producer_epoch))]
+    if len(found) > 1:
+        # A BEGIN entry takes no offset: transactions opened one after another by BEGIN
+        # entries share a start offset (Kafka's never do).
+        raise InvalidTxnStateError(
+            f"{len(found)} open transactions of {tp.topic}-{tp.partition} start at offset "
+            f"{start_offset}: " + ", ".join(f"producer {t.producer_id} epoch {t.epoch}"
+                                            for t in found)
+            + "; name one with --producer-id and --producer-epoch")
+    txn = found[0] if found else None
     if txn is None:
         what = (f"starting at offset {start_offset}" if start_offset is not None
                 else f"of producer {producer_id} epoch {producer_epoch}")

@@ -278,10 +278,12 @@ class SendFuture:
         raises.  A batch its commit's markers append (``commit.appends.batches``) is
         written a moment after the commit returns; if those markers failed, this
         writes them (retrying up to ``timeout``)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         if self._base < 0 and self._error is None and self._drive is not None:
             self._drive(timeout)
         if self._base < 0 and self._error is None and self._written is not None:
-            self._written.wait(timeout)
+            self._written.wait(None if deadline is None
+                               else max(0.0, deadline - time.monotonic()))
         if self._error is not None:
             raise self._error
         if self._base < 0:
@@ -498,6 +500,7 @@ class Producer:
             c, self._completing = self._completing, None
         if c is not None:
             _resolve(c.markers)
+            self._resolve_appended(c)
         with self._qlock:  # a fresh start: an old failure no longer skips steps
             self._pipeline_error, self._pipeline_error_raised = None, False
         self.state = State.READY
@@ -780,6 +783,8 @@ class Producer:
                                  pending)
         if isinstance(step, tuple):
             self.producer_id, self.epoch = step
+            if batches:  # it ended as a commit already: whoever ended it appended them
+                self._resolve_batches(batches)
         elif not commit:
             # An abort is the error path: finish it before returning, so nothing of the
             # failed transaction is left to settle.
@@ -1061,19 +1066,32 @@ class Producer:
                     self._completing = None
                 self._resolve_appended(c)
                 return
-            except Exception as exc:
+            except (StorageError, OSError) as exc:
                 _log.debug("markers of a decided commit not written yet: %s", exc)
                 if left is not None and left <= delay:
                     return
                 time.sleep(delay)
                 delay = min(delay * 2, 1.0)
+            except Exception:
+                # Fenced, or the record moved on: a newer instance rolled the commit
+                # forward (then the log has the batches) or nothing will.  The producer's
+                # next operation reports the error; the futures get what the log says.
+                self._resolve_appended(c)
+                return
 
     def _resolve_appended(self, c: _Completion) -> None:
         """Give the futures of the batches a commit's markers appended their offsets."""
-        if not c.batches:
+        batches, c.batches = c.batches, []
+        self._resolve_batches(batches)
+
+    def _resolve_batches(self, batches: list[tuple[TopicPartition, _PendingBatch, str]],
+                         ) -> None:
+        """Give each batch's futures the offset of its object in the log (its marker is
+        written), or an error if the object is not there."""
+        if not batches:
             return
         by_tp: dict[TopicPartition, list[tuple[_PendingBatch, str]]] = {}
-        for tp, batch, key in c.batches:
+        for tp, batch, key in batches:
             by_tp.setdefault(tp, []).append((batch, key))
         for tp, items in by_tp.items():
             plog = self.log.partition_log(tp)
@@ -1092,10 +1110,10 @@ class Producer:
                     for f in batch.futures:
                         f._fail(TxlogError(
                             f"the batch committed, but its offset in {tp.topic}-"
-                            f"{tp.partition} is unknown ({why or 'compacted since'}); "
+                            f"{tp.partition} is unknown "
+                            f"({why or 'not in the log: compacted since?'}); "
                             "read the partition to find its records"))
                 batch.set_written()
-        c.batches = []
 
     def _complete_decided(self) -> None:
         """On the committer thread, right after a commit's decision: write its markers,
@@ -1679,11 +1697,14 @@ class Producer:
         the batches that its COMMIT markers will append there upload."""
         if not tps:
             return
+        # Read here, on the committer: the properties settle the last commit first, and
+        # on a fan-out thread that would wait for the committer, which waits for it.
+        pid, epoch = self.producer_id, self.epoch
 
         def one(tp: TopicPartition) -> None:
             self._append_with_retries(self.log.partition_log(tp), AppendSpec(
-                kind=BEGIN, count=0, producer_id=self.producer_id, epoch=self.epoch,
-                transactional=True, txn_id=self.transactional_id))
+                kind=BEGIN, count=0, producer_id=pid, epoch=epoch, transactional=True,
+                txn_id=self.transactional_id))
             self._held.add(tp)
             crashpoint("after_begin")
 
