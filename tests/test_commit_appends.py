@@ -397,3 +397,34 @@ def test_abort_by_start_offset_refuses_transactions_that_share_it(log: txlog.Log
     abort_partition_txn(log, tp, producer_id=pid, producer_epoch=epoch)
     st = log.partition_log(tp).refresh()
     assert list(st.open_txns) == [opened[1]]
+
+
+def test_a_commit_with_no_batch_of_its_own_leaves_the_writes_before_it_to_its_markers(
+        log: txlog.Log, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The last full batch took every record, so the commit has no batch of its own:
+    the writes queued before it are still named by PrepareCommit and appended by the
+    marker (the benchmark found them appended as a DATA entry before the decision)."""
+    import txlog.producer as producer_mod
+
+    real_claim = producer_mod.Producer._claim_ready
+    go = threading.Event()
+
+    def held_claim(self: Any) -> Any:
+        assert go.wait(60), "test never released the committer"
+        return real_claim(self)
+
+    p = log.producer(transactional_id="nobatch", batch_size=300, linger_ms=60_000)
+    p.init_transactions()
+    p.begin_transaction()
+    futs = [p.send("a", b"a" * 400, partition=0)]
+    p.flush()  # a DATA entry: the transaction holds the partition
+    monkeypatch.setattr(producer_mod.Producer, "_claim_ready", held_claim)
+    futs += [p.send("a", v * 400, partition=0) for v in (b"b", b"c")]  # full: queued
+    assert not p._pending
+    decided = p.commit_transaction_async()
+    go.set()
+    decided.result(60)
+    assert [(e.kind, e.count) for e in entries(log, "a", 0)] == [("data", 1), (COMMIT, 3)]
+    assert [f.get(60).offset for f in futs] == [0, 1, 2]
+    p.close()
+    assert values(log, "a") == [b"a" * 400, b"b" * 400, b"c" * 400]

@@ -1586,6 +1586,12 @@ class Producer:
                 return out, False
             for u in self._order:
                 up = u.uploaded
+                if u.commit and up is None and not u.claimed and \
+                        u.step > self._skip_through:
+                    # A commit with no batch of its own (its last records joined a write
+                    # before it): claimed with nothing to append.
+                    u.claimed = True
+                    return out, True
                 if u.claimed or up is None or not up.done() or up.exception() is not None \
                         or u.step <= self._skip_through:
                     break
