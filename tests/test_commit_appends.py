@@ -428,3 +428,79 @@ def test_a_commit_with_no_batch_of_its_own_leaves_the_writes_before_it_to_its_ma
     assert [f.get(60).offset for f in futs] == [0, 1, 2]
     p.close()
     assert values(log, "a") == [b"a" * 400, b"b" * 400, b"c" * 400]
+
+
+def test_a_get_begun_before_the_decision_drives_markers_that_failed(
+        log: txlog.Log, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Review finding: get() called while the commit is still undecided (its batch not
+    yet named by PrepareCommit) must still write the markers if they fail, not wait for
+    a producer call that may never come."""
+    import txlog.producer as producer_mod
+
+    fail = _failing_markers(monkeypatch)
+    real_write = producer_mod.Producer._conform_and_write
+    gate, waiting = threading.Event(), threading.Event()
+    real_event_wait = threading.Event.wait
+
+    def slow_write(self: Any, step: Any) -> Any:
+        assert gate.wait(30)
+        return real_write(self, step)
+
+    monkeypatch.setattr(producer_mod.Producer, "_conform_and_write", slow_write)
+    p = log.producer(transactional_id="early-get", retries=0)
+    p.init_transactions()
+    p.begin_transaction()
+    fut = p.send("a", b"kept", partition=0)
+    done = p.commit_transaction_async()  # queued: its upload is held
+    written = fut._written
+    assert written is not None
+
+    def spy_wait(self: threading.Event, timeout: float | None = None) -> bool:
+        if self is written:
+            waiting.set()
+        return real_event_wait(self, timeout)
+
+    monkeypatch.setattr(threading.Event, "wait", spy_wait)
+    got: list[Any] = []
+    t = threading.Thread(target=lambda: got.append(_outcome(fut)), daemon=True)
+    t.start()
+    assert waiting.wait(30)  # get() waits before the decision
+    gate.set()
+    done.result(30)  # decided; the markers failed
+    fail["on"] = False  # the store heals; nobody calls the producer
+    t.join(30)
+    assert got and got[0].offset == 0
+    p.close()
+    assert values(log, "a") == [b"kept"]
+
+
+def test_a_prepare_commit_that_landed_although_its_write_failed_goes_on_as_decided(
+        log: txlog.Log, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Review finding: PrepareCommit lands but its write reports a store error.  The
+    record, read once more, shows the decision: the commit goes on (markers, futures)
+    instead of failing the futures of records that whoever rolls it forward commits
+    (an application would resend them: duplicates)."""
+    from txlog.coordinator import Coordinator
+
+    real = Coordinator.prepare_end
+    once: list[bool] = []
+
+    def landed_then_lost(self: Coordinator, *a: Any, **kw: Any) -> Any:
+        got = real(self, *a, **kw)
+        if a[3] and not once:  # a commit's
+            once.append(True)
+            raise StorageError("injected: PrepareCommit landed, the reply was lost")
+        return got
+
+    monkeypatch.setattr(Coordinator, "prepare_end", landed_then_lost)
+    p = log.producer(transactional_id="unknown")
+    p.init_transactions()
+    p.begin_transaction()
+    fut = p.send("a", b"kept", partition=0)
+    p.commit_transaction()
+    assert once and fut.get(30).offset == 0
+    p.begin_transaction()
+    p.send("a", b"next", partition=0)
+    p.commit_transaction()
+    p.close()
+    assert values(log, "a") == [b"kept", b"next"]

@@ -175,7 +175,7 @@ class Coordinator:
         while True:
             cur, fresh = self._current(part, txn_id, producer_id, epoch, fresh)
             now = now_ms()
-            ended = _ended_as(cur, producer_id, epoch)
+            ended = ended_as(cur, producer_id, epoch)
             if cur is not None and ended is not None:
                 # The transaction already ended: our own retry, or a timeout abort.
                 if (ended == "commit") == commit:
@@ -263,7 +263,7 @@ class Coordinator:
         if part.compare_and_set(prep.txn_id, prep, done):
             return pid, epoch
         cur = part.get(prep.txn_id)
-        if cur is not None and _ended_as(cur, prep.producer_id, prep.epoch) is not None:
+        if cur is not None and ended_as(cur, prep.producer_id, prep.epoch) is not None:
             return cur.producer_id, cur.epoch  # someone else completed it (same decision)
         # A newer instance took over since (its init_producer_id rolled this transaction
         # forward): never hand out its epoch, or two live instances would share it.  The
@@ -394,7 +394,7 @@ class Coordinator:
             "call abort_transaction() and start again")
 
 
-def _ended_as(cur: TxnRecord | None, producer_id: int, epoch: int) -> str | None:
+def ended_as(cur: TxnRecord | None, producer_id: int, epoch: int) -> str | None:
     """How the transaction (producer_id, epoch) ended, if ``cur`` is the record that ended
     it: a Complete* record, or the next transaction's Ongoing record, which carries the
     outcome in prev_outcome (a fold writes it; an Ongoing after Complete* keeps it)."""

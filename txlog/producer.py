@@ -60,6 +60,7 @@ import pyarrow as pa
 
 from txlog import completions, fanout
 from txlog.config import normalize_key
+from txlog.coordinator import ended_as
 from txlog.crashpoints import crashpoint
 from txlog.errors import (
     ConfigError,
@@ -84,7 +85,7 @@ from txlog.records import (
     now_ms,
     ts_range,
 )
-from txlog.txn_state import PendingAppend, PendingPart
+from txlog.txn_state import PREPARE_COMMIT, PendingAppend, PendingPart
 
 if TYPE_CHECKING:
     from txlog.log import Log
@@ -279,11 +280,19 @@ class SendFuture:
         written a moment after the commit returns; if those markers failed, this
         writes them (retrying up to ``timeout``)."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        if self._base < 0 and self._error is None and self._drive is not None:
-            self._drive(timeout)
-        if self._base < 0 and self._error is None and self._written is not None:
-            self._written.wait(None if deadline is None
-                               else max(0.0, deadline - time.monotonic()))
+        while self._base < 0 and self._error is None:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if self._drive is not None:
+                self._drive(left)
+                if self._base >= 0 or self._error is not None:
+                    break
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if self._written is None or left == 0.0:
+                break
+            # In slices: a batch left to its commit's markers gets its driver only when
+            # the commit names it, and a wait begun before must then drive them too.
+            if self._written.wait(_GET_SLICE if left is None else min(_GET_SLICE, left)):
+                break
         if self._error is not None:
             raise self._error
         if self._base < 0:
@@ -297,6 +306,8 @@ class SendFuture:
         return self._meta
 
 
+#: How long SendFuture.get() waits at a time before it looks again for markers to drive.
+_GET_SLICE = 0.1
 #: Batch objects uploading at once (Kafka's producer keeps up to
 #: five requests in flight per connection).
 MAX_UPLOADS = 2
@@ -960,10 +971,12 @@ class Producer:
             try:
                 self._decide(commit=True, pending=pending, batches=named)
             except BaseException as exc:
-                # Not discarded: a PrepareCommit of unknown outcome may name them, and
-                # whoever rolls it forward appends them.
-                self._drop_group(group, exc, discard=False)
-                raise
+                if not (isinstance(exc, (StorageError, OSError))
+                        and self._decided_after_all(named)):
+                    # Not discarded: a PrepareCommit of unknown outcome may name them,
+                    # and whoever rolls it forward appends them.
+                    self._drop_group(group, exc, discard=False)
+                    raise
         self._registered.clear()
         self._held.clear()
         self._seq.clear()
@@ -974,6 +987,30 @@ class Producer:
             # The caller's future (and its callbacks, on this thread) once the markers
             # are written: a read there, or on a thread it waits for, sees the commit.
             _resolve(done)
+
+    def _decided_after_all(self, named: list[tuple[TopicPartition, _PendingBatch, str]],
+                           ) -> bool:
+        """After PrepareCommit failed with a store error: read the record once more.
+        True if the commit landed after all (then it goes on as decided: failing the
+        futures of batches that end up committed would invite a resend, a duplicate)."""
+        assert self.transactional_id is not None
+        pid, epoch = self._producer_id, self._epoch
+        try:
+            rec = self.log.coordinator.record(self.transactional_id)
+        except Exception:
+            return False  # still unknown: the error stands
+        if rec is None or self._completing is not None:
+            return False
+        if rec.state == PREPARE_COMMIT and (rec.producer_id, rec.epoch) == (pid, epoch):
+            c = _Completion(rec, named)
+            completions.track(self.log.store.identity, pid, epoch, c.markers)
+            self._completing = c
+            return True
+        if ended_as(rec, pid, epoch) == "commit":  # rolled forward by someone already
+            self._producer_id, self._epoch = rec.producer_id, rec.epoch
+            self._resolve_batches(named)
+            return True
+        return False
 
     def _pending_appends(self, group: list[tuple[list[tuple[TopicPartition, _PendingBatch]],
                                                  list[_Written]]],
