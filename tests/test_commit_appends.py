@@ -324,6 +324,28 @@ def _outcome(fut: Any) -> Any:
         return exc
 
 
+def _get_in_a_thread(fut: Any) -> list[Any]:
+    """fut.get() (no timeout) on a thread of its own: its outcome, if it ended in 30 s."""
+    got: list[Any] = []
+    t = threading.Thread(target=lambda: got.append(_outcome(fut)), daemon=True)
+    t.start()
+    t.join(30)
+    return got
+
+
+def _commit_whose_marker_fails(log: txlog.Log, monkeypatch: pytest.MonkeyPatch,
+                               txn_id: str) -> tuple[Any, Any, dict[str, bool]]:
+    """A producer whose commit of one record was decided but whose marker failed:
+    (producer, the record's future, the switch that heals the store)."""
+    fail = _failing_markers(monkeypatch)
+    p = log.producer(transactional_id=txn_id, retries=0)
+    p.init_transactions()
+    p.begin_transaction()
+    fut = p.send("a", b"kept", partition=0)
+    p.commit_transaction()
+    return p, fut, fail
+
+
 def test_get_returns_after_init_transactions_rolled_the_commit_forward(
         log: txlog.Log, monkeypatch: pytest.MonkeyPatch) -> None:
     """Review finding: the markers fail, and the next init_transactions() finds the
@@ -331,12 +353,7 @@ def test_get_returns_after_init_transactions_rolled_the_commit_forward(
     take its offset, not wait for markers nobody will write again."""
     from txlog.coordinator import Coordinator
 
-    fail = _failing_markers(monkeypatch)
-    p = log.producer(transactional_id="reinit", retries=0)
-    p.init_transactions()
-    p.begin_transaction()
-    fut = p.send("a", b"kept", partition=0)
-    p.commit_transaction()
+    p, fut, fail = _commit_whose_marker_fails(log, monkeypatch, "reinit")
     real_init = Coordinator.init_producer_id
 
     def init_then_heal(self: Coordinator, *a: Any, **kw: Any) -> Any:
@@ -345,10 +362,7 @@ def test_get_returns_after_init_transactions_rolled_the_commit_forward(
 
     monkeypatch.setattr(Coordinator, "init_producer_id", init_then_heal)
     p.init_transactions()
-    got: list[Any] = []
-    t = threading.Thread(target=lambda: got.append(_outcome(fut)), daemon=True)
-    t.start()
-    t.join(30)
+    got = _get_in_a_thread(fut)
     assert got and got[0].offset == 0
     p.close()
 
@@ -357,19 +371,11 @@ def test_get_ends_once_a_newer_instance_rolled_the_commit_forward(
         log: txlog.Log, monkeypatch: pytest.MonkeyPatch) -> None:
     """Review finding: after a newer instance fenced the producer (rolling the commit
     forward), get() stops retrying the markers and takes the offset from the log."""
-    fail = _failing_markers(monkeypatch)
-    p = log.producer(transactional_id="zombie", retries=0)
-    p.init_transactions()
-    p.begin_transaction()
-    fut = p.send("a", b"kept", partition=0)
-    p.commit_transaction()
+    _, fut, fail = _commit_whose_marker_fails(log, monkeypatch, "zombie")
     fail["on"] = False
     q = txlog.connect(log.url).producer(transactional_id="zombie")
     q.init_transactions()  # rolls the decided commit forward: b"kept" is committed
-    got: list[Any] = []
-    t = threading.Thread(target=lambda: got.append(_outcome(fut)), daemon=True)
-    t.start()
-    t.join(30)
+    got = _get_in_a_thread(fut)
     assert got and got[0].offset == 0
     assert values(log, "a") == [b"kept"]
     q.close()
