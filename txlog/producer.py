@@ -1093,15 +1093,7 @@ class Producer:
             if c.markers.exception() is None:
                 return  # the committer resolves the batches next
             try:
-                with self._settle_lock:
-                    if self._completing is not c:
-                        continue  # another thread finished it
-                    assert self.transactional_id is not None
-                    self._producer_id, self._epoch = self.log.coordinator.end_txn(
-                        self.transactional_id, c.prep.producer_id, c.prep.epoch,
-                        commit=True)
-                    self._completing = None
-                self._resolve_appended(c)
+                self._finish_completion(c)  # (or another thread finishes it)
                 return
             except (StorageError, OSError) as exc:
                 _log.debug("markers of a decided commit not written yet: %s", exc)
@@ -1225,15 +1217,20 @@ class Producer:
         it), and take the (id, epoch) for the next transaction.  The outcome was decided,
         so this only retries writing it down."""
         self._await_pipeline(quiet=True)  # a failed step is raised by the operation
-        if self._completing is None:
-            return
+        if self._completing is not None:
+            self._finish_completion(None)
+
+    def _finish_completion(self, c: _Completion | None) -> None:
+        """Write what is missing of completion ``c`` (None: the one left, if any) with
+        end_txn, take the (id, epoch) for the next transaction, and resolve what waits
+        for it.  A no-op if another thread finished it meanwhile."""
         assert self.transactional_id is not None
         # One thread at a time: the committer may be folding or finishing the same
         # completion (after another thread queued more), and only one may hand out the
         # next epoch.
         with self._settle_lock:
-            c = self._completing
-            if c is None:
+            c = self._completing if c is None else c
+            if c is None or self._completing is not c:
                 return
             self._producer_id, self._epoch = self.log.coordinator.end_txn(
                 self.transactional_id, c.prep.producer_id, c.prep.epoch, commit=True)
