@@ -757,3 +757,30 @@ def test_a_commit_without_a_batch_of_its_own_starts_the_uploads_it_waits_for(
     assert [f.get().offset for f in futures] == [0, 1, 2, 3]
     assert read_all(txlog.connect(log.url), "a") == values
     p.close()
+
+
+def test_the_uploads_a_queued_commit_waits_for_run_more_at_once(
+        log: txlog.Log, monkeypatch: pytest.MonkeyPatch, gates: list[UploadGate]) -> None:
+    """While records are being sent, MAX_UPLOADS objects upload at once; once a commit is
+    queued behind the waiting steps (its caller waits for them), DRAIN_UPLOADS do."""
+    assert producer_mod.MAX_UPLOADS == 2 and producer_mod.DRAIN_UPLOADS == 4
+    gate = UploadGate(monkeypatch)
+    gates.append(gate)
+    p = log.producer(transactional_id="drain", batch_size=300, linger_ms=60_000)
+    p.init_transactions()
+    p.begin_transaction()
+    # Writes 0 and 1 upload (held); the rest wait for a writer, three full batches to a
+    # step (the join limit is four batch sizes): steps 2 (batches 2-4) .. 5 (11).
+    values = [f"d{i:02}".encode() * 100 for i in range(12)]
+    futures = gate.send_behind_two(p, values)
+    with p._qlock:
+        assert p._uploading == 2 and len(p._to_upload) == 4
+    decided = p.commit_transaction_async()
+    with p._qlock:  # queueing the commit started steps 2 and 3, no more
+        assert p._uploading == 4 and len(p._to_upload) == 2
+    gate.wait_entered(4)
+    gate.open()
+    decided.result(60)
+    assert [f.get().offset for f in futures] == list(range(12))
+    assert read_all(txlog.connect(log.url), "a") == values
+    p.close()
