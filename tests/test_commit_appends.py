@@ -16,7 +16,7 @@ import pytest
 
 import txlog
 from txlog import TopicPartition
-from txlog.errors import InvalidTxnStateError, StorageError
+from txlog.errors import InvalidTxnStateError, StorageError, TxlogError
 from txlog.model import BEGIN, COMMIT
 from txlog.partition_log import AppendSpec, PartitionLog
 from txlog.records import kafka_table
@@ -379,6 +379,35 @@ def test_get_ends_once_a_newer_instance_rolled_the_commit_forward(
     assert got and got[0].offset == 0
     assert values(log, "a") == [b"kept"]
     q.close()
+
+
+def test_get_ends_when_the_marker_meets_a_corrupt_log(
+        log: txlog.Log, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A marker that fails for a reason retrying cannot mend (a corrupt object) ends
+    get() at once with an error that says the batch is committed, instead of retrying
+    until get()'s timeout (for ever without one)."""
+    from txlog.errors import CorruptObjectError
+
+    real = PartitionLog.append
+
+    def corrupt(plog: PartitionLog, spec: AppendSpec) -> Any:
+        if spec.kind == COMMIT and spec.parts:
+            raise CorruptObjectError("injected: an entry of the partition is corrupt")
+        return real(plog, spec)
+
+    monkeypatch.setattr(PartitionLog, "append", corrupt)
+    p = log.producer(transactional_id="corrupt", retries=0)
+    p.init_transactions()
+    p.begin_transaction()
+    fut = p.send("a", b"kept", partition=0)
+    p.commit_transaction()  # decided: the marker fails behind it
+    got = _get_in_a_thread(fut)
+    assert got, "get() kept retrying a marker that cannot be written"
+    assert isinstance(got[0], TxlogError)
+    assert "is committed" in str(got[0]) and "corrupt" in str(got[0])
+    monkeypatch.setattr(PartitionLog, "append", real)  # repaired: the reader rolls it on
+    assert values(txlog.connect(log.url), "a") == [b"kept"]
+    p.close()
 
 
 def test_abort_by_start_offset_refuses_transactions_that_share_it(log: txlog.Log) -> None:

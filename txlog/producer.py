@@ -63,7 +63,9 @@ from txlog.config import normalize_key
 from txlog.coordinator import ended_as
 from txlog.crashpoints import crashpoint
 from txlog.errors import (
+    AtomicCreateUnsupportedError,
     ConfigError,
+    CorruptObjectError,
     InvalidTxnStateError,
     ProducerFencedError,
     StorageError,
@@ -1102,6 +1104,12 @@ class Producer:
             try:
                 self._finish_completion(c)  # (or another thread finishes it)
                 return
+            except (CorruptObjectError, AtomicCreateUnsupportedError) as exc:
+                # Retrying cannot help: the commit holds, and the futures say why their
+                # offsets are unknown (the producer's next operation raises it too).
+                _log.warning("markers of a decided commit cannot be written: %s", exc)
+                self._resolve_appended(c, exc)
+                return
             except (StorageError, OSError) as exc:
                 _log.debug("markers of a decided commit not written yet: %s", exc)
                 if left is not None and left <= delay:
@@ -1115,15 +1123,16 @@ class Producer:
                 self._resolve_appended(c)
                 return
 
-    def _resolve_appended(self, c: _Completion) -> None:
+    def _resolve_appended(self, c: _Completion, why: BaseException | None = None) -> None:
         """Give the futures of the batches a commit's markers appended their offsets."""
         batches, c.batches = c.batches, []
-        self._resolve_batches(batches)
+        self._resolve_batches(batches, why)
 
     def _resolve_batches(self, batches: list[tuple[TopicPartition, _PendingBatch, str]],
-                         ) -> None:
+                         unwritten: BaseException | None = None) -> None:
         """Give each batch's futures the offset of its object in the log (its marker is
-        written), or an error if the object is not there."""
+        written), or an error if the object is not there (``unwritten``: why the
+        markers could not be written)."""
         if not batches:
             return
         by_tp: dict[TopicPartition, list[tuple[_PendingBatch, str]]] = {}
@@ -1142,6 +1151,13 @@ class Producer:
                 if key in found:
                     for f in batch.futures:
                         f._done(found[key])
+                elif unwritten is not None:
+                    for f in batch.futures:
+                        f._fail(TxlogError(
+                            f"the batch is committed, but the marker that appends it to "
+                            f"{tp.topic}-{tp.partition} cannot be written ({unwritten}); "
+                            "repair the store: the producer's next operation, a reader "
+                            "or `txlog maintain` then writes it"))
                 else:
                     for f in batch.futures:
                         f._fail(TxlogError(
