@@ -201,6 +201,16 @@ def _given_or_now(ts_min: int | None, ts_max: int | None, untimed: bool,
     return ts_min, ts_max
 
 
+def _outcome_unknown(exc: BaseException) -> StorageError:
+    """The error of a commit whose PrepareCommit write failed without a definite answer
+    (a store error; its read-back did not find it landed): the write may still land."""
+    return StorageError(
+        f"the commit's PrepareCommit write failed ({exc}) and may still land: whether its "
+        "records commit is unknown until abort_transaction() settles it (it fails if the "
+        "commit landed) or a new producer's init_transactions() finishes it; read the "
+        "partitions before sending those records again")
+
+
 def _resolve(fut: Future[None], exc: BaseException | None = None) -> None:
     """Resolve ``fut`` unless it already is (two threads may finish one completion)."""
     with contextlib.suppress(InvalidStateError):
@@ -966,7 +976,10 @@ class Producer:
         group, self._deferred = self._deferred, []
         if not self.commit_batches:
             self._write_batches(batches, uploaded)
-            self._decide(commit=True)
+            try:
+                self._decide(commit=True)
+            except (StorageError, OSError) as exc:
+                raise _outcome_unknown(exc) from exc
         else:
             # No DATA entry before the decision: PrepareCommit names the objects written
             # since the last entry, and the markers append them (one entry per partition).
@@ -980,12 +993,16 @@ class Producer:
             try:
                 self._decide(commit=True, pending=pending, batches=named)
             except BaseException as exc:
-                if not (isinstance(exc, (StorageError, OSError))
-                        and self._decided_after_all(named)):
-                    # Not discarded: a PrepareCommit of unknown outcome may name them,
-                    # and whoever rolls it forward appends them.
+                if not isinstance(exc, (StorageError, OSError)):
                     self._drop_group(group, exc, discard=False)
                     raise
+                if not self._decided_after_all(named):
+                    # Not discarded: a PrepareCommit of unknown outcome may name them,
+                    # and whoever rolls it forward appends them.  The futures must not
+                    # read as "not written": resending those records could duplicate them.
+                    unknown = _outcome_unknown(exc)
+                    self._drop_group(group, unknown, discard=False)
+                    raise unknown from exc
         self._registered.clear()
         self._held.clear()
         self._seq.clear()

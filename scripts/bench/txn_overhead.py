@@ -161,8 +161,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         p.add_argument("--no-fsync", action="store_true",
                        help="local store without fsync, both producers (storage option "
                             "fsync=False)")
+        p.add_argument("--switch-interval-ms", type=float, default=None,
+                       help="diagnosis only: this process's GIL switch interval "
+                            "(sys.setswitchinterval; Python's default is 5 ms)")
 
     args = C.parse_args(__doc__.splitlines()[0], argv=argv, extra=extra)
+    if args.switch_interval_ms is not None:
+        # How long a writer thread waits for the GIL after each I/O call while send() runs
+        # Python: with 1 ms the blocking commit's p50 halved and txn/plain reached 1.00
+        # (session 17), which locates the blocking commit's cost.  txlog itself never
+        # changes this process-wide setting.
+        sys.setswitchinterval(args.switch_interval_ms / 1000)
     # Segments of 1 s in --small too: a segment's end (the plain producer's flush, the
     # pipelined side's wait for its last decision) is paid once per segment, as a real
     # producer pays it once per run, and was up to 6% of a 0.5 s segment (30 rounds,
@@ -219,7 +228,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "txn_overhead", args.mode,
         params={"commit_interval_ms": interval_ms, "record_bytes": size, "seconds": seconds,
                 "rounds": rounds, "producer_config": producer_config or "defaults",
-                "local_fsync": not args.no_fsync},
+                "local_fsync": not args.no_fsync,
+                "switch_interval_ms": sys.getswitchinterval() * 1000},
         ratios={**{f"{s}.txn_vs_plain_throughput": C.clean(r["ratio"]) for s, r in
                    results.items()},
                 **{f"{s}.pipelined_vs_plain_throughput": C.clean(r["pipelined_ratio"])
