@@ -784,3 +784,14 @@ def test_the_uploads_a_queued_commit_waits_for_run_more_at_once(
     assert [f.get().offset for f in futures] == list(range(12))
     assert read_all(txlog.connect(log.url), "a") == values
     p.close()
+
+
+def test_a_plain_producer_keeps_max_uploads_writer_threads(log: txlog.Log) -> None:
+    """Review finding: the writer pool sized for a commit's drain made a plain producer
+    (which never drains for a commit) start a third writer thread."""
+    p = log.producer(batch_size=300, linger_ms=60_000)
+    for i in range(6):
+        p.send("a", f"t{i}".encode() * 100, partition=0)
+    p.flush()
+    assert p._writer is not None and p._writer._max_workers == producer_mod.MAX_UPLOADS
+    p.close()

@@ -224,11 +224,11 @@ def test_a_prepare_commit_that_fails_appends_nothing_and_can_be_aborted(
     p.init_transactions()
     p.begin_transaction()
     fut = p.send("a", b"lost", partition=0)
-    # Both say the outcome is unknown (the write may still land): resending the records
+    # Both say the outcome is unknown (the write may have landed): resending the records
     # on a failed future could duplicate them.
-    with pytest.raises(StorageError, match=r"injected.*may still land"):
+    with pytest.raises(StorageError, match=r"injected.*may have landed"):
         p.commit_transaction()
-    with pytest.raises(StorageError, match=r"injected.*may still land"):
+    with pytest.raises(StorageError, match=r"injected.*may have landed"):
         fut.get(60)
     p.abort_transaction()
     monkeypatch.setattr(Coordinator, "prepare_end", real)
@@ -238,6 +238,35 @@ def test_a_prepare_commit_that_fails_appends_nothing_and_can_be_aborted(
     p.close()
     assert values(log, "a") == [b"after"]
     assert values(log, "a", "read_uncommitted") == [b"after"]
+
+
+@pytest.mark.parametrize("appends_batches", [True, False])
+def test_the_last_commits_failed_marker_is_not_reported_as_this_commits_outcome(
+        log: txlog.Log, monkeypatch: pytest.MonkeyPatch, appends_batches: bool) -> None:
+    """Review finding: the next commit first finishes the last one's markers; if that
+    fails, the error is the last commit's own, not "this PrepareCommit may have landed"
+    (none was attempted)."""
+    fail = _failing_markers(monkeypatch)
+    real = PartitionLog.append
+
+    def failing(plog: PartitionLog, spec: AppendSpec) -> Any:
+        if spec.kind == COMMIT and fail["on"]:
+            raise StorageError("injected: the last commit's marker failed")
+        return real(plog, spec)
+
+    monkeypatch.setattr(PartitionLog, "append", failing)
+    p = log.producer(transactional_id=f"settle-{appends_batches}", retries=0,
+                     **{"commit.appends.batches": appends_batches})
+    p.init_transactions()
+    p.begin_transaction()
+    p.send("a", b"first", partition=0)
+    p.commit_transaction()  # decided; its marker fails behind it
+    p.begin_transaction()
+    with pytest.raises(StorageError) as err:
+        p.commit_transaction()
+    assert "last commit's marker" in str(err.value)
+    assert "may have landed" not in str(err.value)
+    p.close()
 
 
 def test_commit_appends_batches_false_writes_the_version_2_format(log: txlog.Log) -> None:

@@ -201,14 +201,23 @@ def _given_or_now(ts_min: int | None, ts_max: int | None, untimed: bool,
     return ts_min, ts_max
 
 
-def _outcome_unknown(exc: BaseException) -> StorageError:
+def _definite(exc: BaseException) -> bool:
+    """Store errors that say the write did not happen: a backend without atomic create,
+    or a corrupt object met before the write."""
+    return isinstance(exc, (AtomicCreateUnsupportedError, CorruptObjectError))
+
+
+def _outcome_unknown(exc: BaseException) -> BaseException:
     """The error of a commit whose PrepareCommit write failed without a definite answer
-    (a store error; its read-back did not find it landed): the write may still land."""
+    (a store error; its read-back did not find it landed): it may have landed, or still
+    land."""
+    if _definite(exc):
+        return exc
     return StorageError(
-        f"the commit's PrepareCommit write failed ({exc}) and may still land: whether its "
-        "records commit is unknown until abort_transaction() settles it (it fails if the "
-        "commit landed) or a new producer's init_transactions() finishes it; read the "
-        "partitions before sending those records again")
+        f"the commit's PrepareCommit write failed ({exc}) and may have landed or still "
+        "land: whether its records commit is unknown until abort_transaction() settles "
+        "it (it fails if the commit landed) or a new producer's init_transactions() "
+        "finishes it; read the partitions before sending those records again")
 
 
 def _resolve(fut: Future[None], exc: BaseException | None = None) -> None:
@@ -976,9 +985,12 @@ class Producer:
         group, self._deferred = self._deferred, []
         if not self.commit_batches:
             self._write_batches(batches, uploaded)
+            self._settle()  # the last commit's errors are its own, not this PrepareCommit's
             try:
                 self._decide(commit=True)
             except (StorageError, OSError) as exc:
+                if _definite(exc):
+                    raise
                 raise _outcome_unknown(exc) from exc
         else:
             # No DATA entry before the decision: PrepareCommit names the objects written
@@ -991,9 +1003,14 @@ class Producer:
             group = self._append_unheld(group)
             pending, named = self._pending_appends(group)
             try:
+                self._settle()  # (as above)
+            except BaseException as exc:
+                self._drop_group(group, exc, discard=True)  # never named anywhere
+                raise
+            try:
                 self._decide(commit=True, pending=pending, batches=named)
             except BaseException as exc:
-                if not isinstance(exc, (StorageError, OSError)):
+                if not isinstance(exc, (StorageError, OSError)) or _definite(exc):
                     self._drop_group(group, exc, discard=False)
                     raise
                 if not self._decided_after_all(named):
@@ -1002,6 +1019,8 @@ class Producer:
                     # read as "not written": resending those records could duplicate them.
                     unknown = _outcome_unknown(exc)
                     self._drop_group(group, unknown, discard=False)
+                    if unknown is exc:
+                        raise
                     raise unknown from exc
         self._registered.clear()
         self._held.clear()
@@ -1551,7 +1570,9 @@ class Producer:
             assert step.uploaded is not None
             try:
                 if self._writer is None:
-                    self._writer = ThreadPoolExecutor(max(MAX_UPLOADS, DRAIN_UPLOADS),
+                    self._writer = ThreadPoolExecutor(
+                        MAX_UPLOADS if self.transactional_id is None else
+                        max(MAX_UPLOADS, DRAIN_UPLOADS),
                                                       thread_name_prefix="txlog-write")
                 self._writer.submit(self._write_step, step, step.uploaded)
             except BaseException as exc:  # the pool is shut (close() racing a send)
