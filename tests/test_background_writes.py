@@ -377,7 +377,7 @@ def test_a_joined_plain_batch_wakes_get_waiting_on_its_own_event(
     p = log.producer(batch_size=300, linger_ms=60_000)
     gate.send_behind_two(p, [f"full{i}".encode() * 80 for i in range(3)])
     small = p.send("a", b"small", partition=0)
-    own_event = small._written  # what a get() called now waits on
+    own_event = small._outcome.written  # what a get() called now waits on
     assert own_event is not None
     from test_pipelined_commit import queue_behind
 

@@ -518,7 +518,7 @@ def test_a_get_begun_before_the_decision_drives_markers_that_failed(
     p.begin_transaction()
     fut = p.send("a", b"kept", partition=0)
     done = p.commit_transaction_async()  # queued: its upload is held
-    written = fut._written
+    written = fut._outcome.written
     assert written is not None
 
     def spy_wait(self: threading.Event, timeout: float | None = None) -> bool:

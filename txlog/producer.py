@@ -113,19 +113,53 @@ class RecordMetadata:
     offset: int
 
 
+class _Outcome:
+    """What the futures of one batch wait for, shared by all of them: its base offset once
+    written, or its error.  A batch resolves in one step, not once per record: setting
+    every future cost 0.1-0.2 us per record of GIL time on the committer, and a commit of
+    20,000 records waited 1.8 ms for its futures to be given their marker driver.  A
+    batch that joins an earlier one points there (``parent``), its records ``shift``
+    places after that batch's first."""
+
+    __slots__ = ("base", "drive", "error", "parent", "shift", "written")
+
+    def __init__(self, written: threading.Event | None = None) -> None:
+        self.base = -1
+        self.error: BaseException | None = None
+        # Set once the batch is resolved (a plain producer's from its first record, a
+        # transaction's once the batch is queued for writing).
+        self.written = written
+        # A batch a commit's markers append: get() writes them itself if they failed
+        # (the commit stands; the producer may never be called again).
+        self.drive: Callable[[float | None], None] | None = None
+        self.parent: _Outcome | None = None
+        self.shift = 0
+
+    def root(self) -> tuple[_Outcome, int]:
+        """The outcome this one resolves with, and how many records precede it there."""
+        o, shift = self, 0
+        while o.parent is not None:
+            shift += o.shift
+            o = o.parent
+        return o, shift
+
+    def resolved(self) -> bool:
+        return self.base >= 0 or self.error is not None
+
+
 @dataclass
 class _PendingBatch:
     rows: list[CheckedRow] = field(default_factory=list)
     tables: list[pa.Table] = field(default_factory=list)
     nbytes: int = 0
     first_ms: int = 0
-    futures: list[SendFuture] = field(default_factory=list)
     table_rows: int = 0  # rows in ``tables`` (counted once per send, not summed)
     # Set once every future of the batch is resolved (a plain producer's from the start,
     # a transaction's once the batch is queued for writing).
     written: threading.Event | None = None
+    outcome: _Outcome = field(default_factory=_Outcome)
     # Later batches of the partition that joined this one while it waited to upload
-    # (their records follow this batch's; their futures moved to this batch).
+    # (their records follow this batch's; their outcomes point to this one's).
     joined: list[_PendingBatch] = field(default_factory=list)
 
     # The (min, max) of the timestamps in ``tables`` (None: no record there has one),
@@ -133,6 +167,20 @@ class _PendingBatch:
     ts_min: int | None = None
     ts_max: int | None = None
     untimed: bool = False
+
+    def __post_init__(self) -> None:
+        self.outcome.written = self.written
+
+    def set_event(self) -> None:
+        """Give a transaction's batch its ``written`` event (when queued for writing)."""
+        if self.written is None:
+            self.written = self.outcome.written = threading.Event()
+
+    def resolve(self, base: int) -> None:
+        self.outcome.base = base
+
+    def fail(self, exc: BaseException) -> None:
+        self.outcome.error = exc
 
     def count(self) -> int:
         return len(self.rows) + self.table_rows + sum(j.count() for j in self.joined)
@@ -183,11 +231,9 @@ class _PendingBatch:
     def join(self, later: _PendingBatch) -> None:
         """Take ``later``'s records after this batch's (the caller holds the lock that
         keeps this batch's upload from starting)."""
-        base = self.count()
-        for f in later.futures:
-            f.index += base
-            f._written = self.written
-        self.futures.extend(later.futures)
+        # (shift before parent: a get() that sees the parent sees the shift too)
+        later.outcome.shift = self.count()
+        later.outcome.parent = self.outcome
         self.joined.append(later)
         self.nbytes += later.nbytes
 
@@ -267,30 +313,18 @@ class _Upload:
 class SendFuture:
     """Result of :meth:`Producer.send`: the record's offset once its batch is written."""
 
-    __slots__ = ("_base", "_drive", "_error", "_meta", "_written", "index", "tp")
+    __slots__ = ("_meta", "_outcome", "index", "tp")
 
-    def __init__(self, tp: TopicPartition, index: int,
-                 written: threading.Event | None = None) -> None:
+    def __init__(self, tp: TopicPartition, index: int, outcome: _Outcome) -> None:
         self.tp = tp
-        self.index = index
-        self._base = -1
-        self._meta: RecordMetadata | None = None
-        self._error: BaseException | None = None
-        self._written = written
-        # A batch a commit's markers append: get() writes them itself if they failed
-        # (the commit stands; the producer may never be called again).
-        self._drive: Callable[[float | None], None] | None = None
-
-    def _done(self, base_offset: int) -> None:
+        self.index = index  # among its batch's records
         # The metadata is built on first get(): most callers never ask, and building one
         # per record cost a tenth of send()'s time.
-        self._base = base_offset
-
-    def _fail(self, exc: BaseException) -> None:
-        self._error = exc
+        self._meta: RecordMetadata | None = None
+        self._outcome = outcome
 
     def done(self) -> bool:
-        return self._base >= 0 or self._error is not None
+        return self._outcome.root()[0].resolved()
 
     def get(self, timeout: float | None = None) -> RecordMetadata:
         """The record's metadata, once its batch is written.  Waits for a batch already
@@ -300,30 +334,36 @@ class SendFuture:
         raises.  A batch its commit's markers append (``commit.appends.batches``) is
         written a moment after the commit returns; if those markers failed, this
         writes them (retrying up to ``timeout``)."""
+        if self._meta is not None:
+            return self._meta
         deadline = None if timeout is None else time.monotonic() + timeout
-        while self._base < 0 and self._error is None:
+        while True:
+            # (again each time: the batch may join a queued one meanwhile)
+            o, shift = self._outcome.root()
+            if o.resolved():
+                break
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            if self._drive is not None:
-                self._drive(left)
-                if self._base >= 0 or self._error is not None:
+            if o.drive is not None:
+                o.drive(left)
+                if o.resolved():
                     break
                 left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            if self._written is None or left == 0.0:
+            if o.written is None or left == 0.0:
                 break
             # In slices: a batch left to its commit's markers gets its driver only when
             # the commit names it, and a wait begun before must then drive them too.
-            if self._written.wait(_GET_SLICE if left is None else min(_GET_SLICE, left)):
+            if o.written.wait(_GET_SLICE if left is None else min(_GET_SLICE, left)):
+                o, shift = self._outcome.root()
                 break
-        if self._error is not None:
-            raise self._error
-        if self._base < 0:
-            if self._written is not None:
+        if o.error is not None:
+            raise o.error
+        if o.base < 0:
+            if o.written is not None:
                 raise InvalidTxnStateError(
                     f"record not written within {timeout} s; call flush() to wait for it")
             raise InvalidTxnStateError("record not written yet; call flush() first")
-        if self._meta is None:
-            self._meta = RecordMetadata(self.tp.topic, self.tp.partition,
-                                        self._base + self.index)
+        self._meta = RecordMetadata(self.tp.topic, self.tp.partition,
+                                    o.base + shift + self.index)
         return self._meta
 
 
@@ -772,8 +812,7 @@ class Producer:
                 self._refuse_send("abort_transaction()")  # a commit was queued
             self._sends_closed = "its transaction is being aborted"
             for batch in self._pending.values():
-                for f in batch.futures:
-                    f._fail(InvalidTxnStateError("transaction aborted before the batch was sent"))
+                batch.fail(InvalidTxnStateError("transaction aborted before the batch was sent"))
             self._pending.clear()
         with self._qlock:
             self._tails.clear()
@@ -864,10 +903,7 @@ class Producer:
         step = _Upload(batches)
         nbytes = step.nbytes
         for _, b in batches:
-            if b.written is None:  # a transaction's batch: get() may now wait for it
-                b.written = threading.Event()
-                for f in b.futures:
-                    f._written = b.written
+            b.set_event()  # a transaction's batch: get() may now wait for it
         with self._qlock:
             self._queued_bytes += nbytes
             self._queued_steps += 1
@@ -1070,16 +1106,14 @@ class Producer:
         for batches, written in group:
             for (tp, batch), w in zip(batches, written, strict=True):
                 if w.rows <= 0:  # (nothing to append: resolved at once)
-                    for f in batch.futures:
-                        f._done(0)
+                    batch.resolve(0)
                     batch.set_written()
                     continue
                 by_tp.setdefault(tp, []).append(
                     (w.key, w.rows, w.nbytes, *_given_or_now(w.ts_min, w.ts_max, w.untimed, now),
                      w.untimed))
                 named.append((tp, batch, w.key))
-                for f in batch.futures:
-                    f._drive = self._drive_markers
+                batch.outcome.drive = self._drive_markers
         pending = tuple(PendingAppend(tp.topic, tp.partition,
                                       self._seq.get(tp, 0) if self.idempotent else -1,
                                       tuple(parts)) for tp, parts in by_tp.items())
@@ -1185,22 +1219,19 @@ class Producer:
                 found, why = {}, exc
             for batch, key in items:
                 if key in found:
-                    for f in batch.futures:
-                        f._done(found[key])
+                    batch.resolve(found[key])
                 elif unwritten is not None:
-                    for f in batch.futures:
-                        f._fail(TxlogError(
-                            f"the batch is committed, but the marker that appends it to "
-                            f"{tp.topic}-{tp.partition} cannot be written ({unwritten}); "
-                            "repair the store: the producer's next operation, a reader "
-                            "or `txlog maintain` then writes it"))
+                    batch.fail(TxlogError(
+                        f"the batch is committed, but the marker that appends it to "
+                        f"{tp.topic}-{tp.partition} cannot be written ({unwritten}); "
+                        "repair the store: the producer's next operation, a reader "
+                        "or `txlog maintain` then writes it"))
                 else:
-                    for f in batch.futures:
-                        f._fail(TxlogError(
-                            f"the batch committed, but its offset in {tp.topic}-"
-                            f"{tp.partition} is unknown "
-                            f"({why or 'not in the log: compacted since?'}); "
-                            "read the partition to find its records"))
+                    batch.fail(TxlogError(
+                        f"the batch committed, but its offset in {tp.topic}-"
+                        f"{tp.partition} is unknown "
+                        f"({why or 'not in the log: compacted since?'}); "
+                        "read the partition to find its records"))
                 batch.set_written()
 
     def _complete_decided(self) -> None:
@@ -1342,10 +1373,9 @@ class Producer:
             batch = self._pending.get(tp)
             if batch is None:
                 batch = self._pending[tp] = self._new_batch()
-            fut = SendFuture(tp, len(batch.rows) + batch.table_rows, batch.written)
+            fut = SendFuture(tp, len(batch.rows) + batch.table_rows, batch.outcome)
             batch.rows.append(row)
             batch.nbytes += size + 16
-            batch.futures.append(fut)
             self._maybe_flush(tp, batch)
         return fut
 
@@ -1381,10 +1411,9 @@ class Producer:
             if batch is None:
                 batch = self._pending[tp] = self._new_batch()
             batch.seal()  # records sent one at a time before it come first
-            fut = SendFuture(tp, batch.table_rows, batch.written)
+            fut = SendFuture(tp, batch.table_rows, batch.outcome)
             batch.add_table(table, ts)
             batch.nbytes += table.nbytes
-            batch.futures.append(fut)
             self._maybe_flush(tp, batch)
         return fut
 
@@ -1749,8 +1778,7 @@ class Producer:
                 self._discard_keys([t for t, _ in later], [k for _, k in later])
                 raise
             for batch, w in parts:
-                for f in batch.futures:
-                    f._done(base)
+                batch.resolve(base)
                 batch.set_written()
                 base += w.rows
 
@@ -1778,8 +1806,7 @@ class Producer:
     @staticmethod
     def _fail_batches(batches: list[_PendingBatch], exc: BaseException) -> None:
         for b in batches:
-            for f in b.futures:
-                f._fail(exc)
+            b.fail(exc)
             b.set_written()
 
     def _register(self, tps: list[TopicPartition]) -> None:
