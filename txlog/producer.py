@@ -154,9 +154,7 @@ class _PendingBatch:
     nbytes: int = 0
     first_ms: int = 0
     table_rows: int = 0  # rows in ``tables`` (counted once per send, not summed)
-    # Set once every future of the batch is resolved (a plain producer's from the start,
-    # a transaction's once the batch is queued for writing).
-    written: threading.Event | None = None
+    # What its futures wait for (its ``written`` event: see _Outcome).
     outcome: _Outcome = field(default_factory=_Outcome)
     # Later batches of the partition that joined this one while it waited to upload
     # (their records follow this batch's; their outcomes point to this one's).
@@ -168,13 +166,15 @@ class _PendingBatch:
     ts_max: int | None = None
     untimed: bool = False
 
-    def __post_init__(self) -> None:
-        self.outcome.written = self.written
+    @property
+    def written(self) -> threading.Event | None:
+        """Set once the batch is resolved (kept in its outcome only, where get() looks)."""
+        return self.outcome.written
 
     def set_event(self) -> None:
         """Give a transaction's batch its ``written`` event (when queued for writing)."""
-        if self.written is None:
-            self.written = self.outcome.written = threading.Event()
+        if self.outcome.written is None:
+            self.outcome.written = threading.Event()
 
     def resolve(self, base: int) -> None:
         self.outcome.base = base
@@ -334,7 +334,7 @@ class SendFuture:
         raises.  A batch its commit's markers append (``commit.appends.batches``) is
         written a moment after the commit returns; if those markers failed, this
         writes them (retrying up to ``timeout``)."""
-        if self._meta is not None:
+        if self._meta is not None and self._outcome.root()[0].error is None:
             return self._meta
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
@@ -1450,7 +1450,7 @@ class Producer:
                                               name="txlog-linger")
             self._lingerer.start()
         self._wake.notify()
-        return _PendingBatch(first_ms=now_ms(), written=threading.Event())
+        return _PendingBatch(first_ms=now_ms(), outcome=_Outcome(threading.Event()))
 
     def _linger(self) -> None:
         """Write each batch once linger.ms has passed since its first record."""
