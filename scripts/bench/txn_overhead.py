@@ -168,9 +168,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = C.parse_args(__doc__.splitlines()[0], argv=argv, extra=extra)
     if args.switch_interval_ms is not None:
         # How long a writer thread waits for the GIL after each I/O call while send() runs
-        # Python: with 1 ms the blocking commit's p50 halved and txn/plain reached 1.00
-        # (session 17), which locates the blocking commit's cost.  txlog itself never
-        # changes this process-wide setting.
+        # Python: with 1 ms the blocking commit's p50 halved (session 17; the ratio moved
+        # less than the run-to-run noise).  txlog itself never changes this process-wide
+        # setting.
         sys.setswitchinterval(args.switch_interval_ms / 1000)
     # Segments of 1 s in --small too: a segment's end (the plain producer's flush, the
     # pipelined side's wait for its last decision) is paid once per segment, as a real
