@@ -246,15 +246,8 @@ def test_the_last_commits_failed_marker_is_not_reported_as_this_commits_outcome(
     """Review finding: the next commit first finishes the last one's markers; if that
     fails, the error is the last commit's own, not "this PrepareCommit may have landed"
     (none was attempted)."""
-    fail = _failing_markers(monkeypatch)
-    real = PartitionLog.append
-
-    def failing(plog: PartitionLog, spec: AppendSpec) -> Any:
-        if spec.kind == COMMIT and fail["on"]:
-            raise StorageError("injected: the last commit's marker failed")
-        return real(plog, spec)
-
-    monkeypatch.setattr(PartitionLog, "append", failing)
+    _failing_markers(monkeypatch, StorageError("injected: the last commit's marker failed"),
+                     any_marker=True)
     p = log.producer(transactional_id=f"settle-{appends_batches}", retries=0,
                      **{"commit.appends.batches": appends_batches})
     p.init_transactions()
@@ -334,14 +327,16 @@ def test_begin_entries_written_in_parallel_do_not_wait_for_the_committer(
     assert sorted(values(log, "a")) == [b"x0", b"x1", b"y0", b"y1"]
 
 
-def _failing_markers(monkeypatch: pytest.MonkeyPatch) -> dict[str, bool]:
-    """Every COMMIT marker that carries batches fails while ``["on"]`` is true."""
+def _failing_markers(monkeypatch: pytest.MonkeyPatch, error: Exception | None = None, *,
+                     any_marker: bool = False) -> dict[str, bool]:
+    """Every COMMIT marker that carries batches (``any_marker``: every one) fails with
+    ``error`` while ``["on"]`` is true."""
     real = PartitionLog.append
     fail = {"on": True}
 
     def flaky(plog: PartitionLog, spec: AppendSpec) -> Any:
-        if spec.kind == COMMIT and spec.parts and fail["on"]:
-            raise StorageError("injected: the marker failed")
+        if spec.kind == COMMIT and (spec.parts or any_marker) and fail["on"]:
+            raise error or StorageError("injected: the marker failed")
         return real(plog, spec)
 
     monkeypatch.setattr(PartitionLog, "append", flaky)
@@ -365,10 +360,11 @@ def _get_in_a_thread(fut: Any) -> list[Any]:
 
 
 def _commit_whose_marker_fails(log: txlog.Log, monkeypatch: pytest.MonkeyPatch,
-                               txn_id: str) -> tuple[Any, Any, dict[str, bool]]:
+                               txn_id: str, error: Exception | None = None,
+                               ) -> tuple[Any, Any, dict[str, bool]]:
     """A producer whose commit of one record was decided but whose marker failed:
     (producer, the record's future, the switch that heals the store)."""
-    fail = _failing_markers(monkeypatch)
+    fail = _failing_markers(monkeypatch, error)
     p = log.producer(transactional_id=txn_id, retries=0)
     p.init_transactions()
     p.begin_transaction()
@@ -419,24 +415,14 @@ def test_get_ends_when_the_marker_meets_a_corrupt_log(
     until get()'s timeout (for ever without one)."""
     from txlog.errors import CorruptObjectError
 
-    real = PartitionLog.append
-
-    def corrupt(plog: PartitionLog, spec: AppendSpec) -> Any:
-        if spec.kind == COMMIT and spec.parts:
-            raise CorruptObjectError("injected: an entry of the partition is corrupt")
-        return real(plog, spec)
-
-    monkeypatch.setattr(PartitionLog, "append", corrupt)
-    p = log.producer(transactional_id="corrupt", retries=0)
-    p.init_transactions()
-    p.begin_transaction()
-    fut = p.send("a", b"kept", partition=0)
-    p.commit_transaction()  # decided: the marker fails behind it
+    p, fut, fail = _commit_whose_marker_fails(
+        log, monkeypatch, "corrupt",
+        CorruptObjectError("injected: an entry of the partition is corrupt"))
     got = _get_in_a_thread(fut)
     assert got, "get() kept retrying a marker that cannot be written"
     assert isinstance(got[0], TxlogError)
     assert "is committed" in str(got[0]) and "corrupt" in str(got[0])
-    monkeypatch.setattr(PartitionLog, "append", real)  # repaired: the reader rolls it on
+    fail["on"] = False  # repaired: the reader rolls it on
     assert values(txlog.connect(log.url), "a") == [b"kept"]
     p.close()
 
