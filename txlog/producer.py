@@ -379,9 +379,10 @@ MAX_IN_FLIGHT = 3
 #: Uploads at once of the steps a queued commit waits for.  Its caller is blocked (or
 #: the commit is the oldest work), so they no longer compete with send() for the GIL,
 #: whose 5 ms hand-over kept the two writers behind while records were being sent
-#: (10-16 MB queued at each commit of the 100 ms benchmark).  Against two, interleaved:
-#: commit_transaction() on the local disk 26.3 -> 21.9 ms (p50) and txn/plain 0.865 ->
-#: 1.00; on SeaweedFS 29.0 -> 25.3 ms and 0.928 -> 0.952.  Eight measured as four.
+#: (10-16 MB queued at each commit of the 100 ms benchmark).  Against two, interleaved,
+#: two runs: commit_transaction() on the local disk 26.3/27.5 -> 21.9/22.5 ms (p50) and
+#: txn/plain 0.865/0.944 -> 1.00/1.01; on SeaweedFS, which shares the CPUs, within the
+#: noise.  Eight measured as four.
 DRAIN_UPLOADS = 4
 #: Why sends fail while close() runs (compared by identity: begin_transaction() refuses too).
 _CLOSING = "the producer is being closed"
