@@ -114,22 +114,22 @@ def valid_entry() -> bytes:
                  nbytes=100, ts_min=1, ts_max=2, append_ms=3).encode()
 
 
-def valid_parts_entry() -> bytes:
-    """A DATA entry of several batch objects (format version 2)."""
-    return Entry(slot=3, kind="data", base_offset=7, count=5, producer_id=5, epoch=1,
+def _two_part_entry(kind: str, count: int) -> bytes:
+    return Entry(slot=3, kind=kind, base_offset=7, count=count, producer_id=5, epoch=1,
                  base_sequence=0, transactional=True, txn_id="t", data="topics/a/0/data/x",
                  nbytes=300, ts_min=1, ts_max=4, append_ms=3,
                  extra={"parts": [["topics/a/0/data/x", 2, 100, 1, 2],
                                   ["topics/a/0/data/y", 3, 200, 2, 4]]}).encode()
+
+
+def valid_parts_entry() -> bytes:
+    """A DATA entry of several batch objects (format version 2)."""
+    return _two_part_entry("data", 5)
 
 
 def valid_marker_parts_entry() -> bytes:
     """A COMMIT marker that appends its transaction's last batch objects (version 3)."""
-    return Entry(slot=3, kind="commit", base_offset=7, count=6, producer_id=5, epoch=1,
-                 base_sequence=0, transactional=True, txn_id="t", data="topics/a/0/data/x",
-                 nbytes=300, ts_min=1, ts_max=4, append_ms=3,
-                 extra={"parts": [["topics/a/0/data/x", 2, 100, 1, 2],
-                                  ["topics/a/0/data/y", 3, 200, 2, 4]]}).encode()
+    return _two_part_entry("commit", 6)
 
 
 def valid_begin_entry() -> bytes:

@@ -204,29 +204,24 @@ class PartitionLog:
 
     def _append(self, spec: AppendSpec) -> AppendResult:
         marker_parts = spec.kind == COMMIT and spec.parts is not None
-        if marker_parts:
-            # A COMMIT carrying its transaction's last batches (model.MARKER_PARTS_VERSION):
-            # parts of no records are dropped; none left, a plain marker.
-            assert spec.parts is not None
-            spec.parts = [p for p in spec.parts if p[1] > 0]
-            if not spec.parts:
-                spec.parts, marker_parts = None, False
-        if marker_parts:
-            assert spec.parts is not None
-            spec.data = spec.parts[0][0]
-            spec.count = sum(p[1] for p in spec.parts) + 1  # the marker's own offset last
-            spec.nbytes = sum(p[2] for p in spec.parts)
-        elif spec.parts is not None:  # the entry's totals are the parts' (never out of step)
+        if spec.parts is not None:
             # A part of no records would start where the next one does; readers refuse it.
-            spec.parts = [p for p in spec.parts if p[1] > 0] or spec.parts[:1]
-            if len(spec.parts) == 1 or spec.parts[0][1] <= 0:
-                spec.data, spec.count, spec.nbytes, spec.ts_min, spec.ts_max, \
-                    spec.untimed = spec.parts[0]
-                spec.parts = None
-            if spec.parts is not None:
-                spec.data = spec.parts[0][0]
-                spec.count = sum(p[1] for p in spec.parts)
-                spec.nbytes = sum(p[2] for p in spec.parts)
+            kept = [p for p in spec.parts if p[1] > 0]
+            if marker_parts:
+                # A COMMIT carrying its transaction's last batches
+                # (model.MARKER_PARTS_VERSION): with none left, a plain marker.
+                spec.parts, marker_parts = kept or None, bool(kept)
+            else:
+                spec.parts = kept or spec.parts[:1]
+                if len(spec.parts) == 1 or spec.parts[0][1] <= 0:
+                    spec.data, spec.count, spec.nbytes, spec.ts_min, spec.ts_max, \
+                        spec.untimed = spec.parts[0]
+                    spec.parts = None
+        if spec.parts is not None:  # the entry's totals are the parts' (never out of step)
+            spec.data = spec.parts[0][0]
+            # (a marker's own offset comes last)
+            spec.count = sum(p[1] for p in spec.parts) + (1 if marker_parts else 0)
+            spec.nbytes = sum(p[2] for p in spec.parts)
         st = self.current()
         while True:
             if spec.kind == DATA:

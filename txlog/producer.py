@@ -253,12 +253,10 @@ def _definite(exc: BaseException) -> bool:
     return isinstance(exc, (AtomicCreateUnsupportedError, CorruptObjectError))
 
 
-def _outcome_unknown(exc: BaseException) -> BaseException:
+def _outcome_unknown(exc: BaseException) -> StorageError:
     """The error of a commit whose PrepareCommit write failed without a definite answer
-    (a store error; its read-back did not find it landed): it may have landed, or still
-    land."""
-    if _definite(exc):
-        return exc
+    (a store error, not _definite(); its read-back did not find it landed): it may have
+    landed, or still land."""
     return StorageError(
         f"the commit's PrepareCommit write failed ({exc}) and may have landed or still "
         "land: whether its records commit is unknown until abort_transaction() settles "
@@ -1056,8 +1054,6 @@ class Producer:
                     # read as "not written": resending those records could duplicate them.
                     unknown = _outcome_unknown(exc)
                     self._drop_group(group, unknown, discard=False)
-                    if unknown is exc:
-                        raise
                     raise unknown from exc
         self._registered.clear()
         self._held.clear()
