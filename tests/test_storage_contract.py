@@ -850,20 +850,36 @@ def test_local_without_fsync_keeps_atomic_create(tmp_path: Any) -> None:
 @pytest.mark.parametrize("fsync", [True, False])
 def test_local_writes_sync_the_file_and_its_directory(tmp_path: Any, monkeypatch: Any,
                                                        fsync: bool) -> None:
-    """With fsync on, every put and won create syncs the object and then its directory
-    before returning: a log entry that survives a power loss must not name a batch object
-    whose directory entry did not.  With ``{"fsync": False}`` nothing is synced."""
+    """With fsync on, every put, put_new and won create writes the object durably
+    (``O_DSYNC``, or an fsync where there is none) and then syncs its directory before
+    returning: a log entry that survives a power loss must not name a batch object whose
+    directory entry did not.  With ``{"fsync": False}`` nothing is synced."""
     import os
 
     store = open_store(str(tmp_path / "s"), {"fsync": fsync})
-    synced: list[str] = []
-    real_fsync = os.fsync
+    events: list[tuple[str, ...]] = []
+    real_fsync, real_open = os.fsync, os.open
+
+    def where(fd: int) -> str:
+        return os.readlink(f"/proc/self/fd/{fd}")
 
     def recording_fsync(fd: int) -> None:
-        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        path = where(fd)
+        events.append(("fsync", path.rsplit("/", 1)[0] + "/<tmp>" if "/.tmp-" in path
+                       else path))
         real_fsync(fd)
 
+    def recording_open(path: str, flags: int, mode: int = 0o777, *,
+                       dir_fd: int | None = None) -> int:
+        if flags & os.O_CREAT:
+            full = os.path.join(where(dir_fd), path) if dir_fd is not None else path
+            parent, name = full.rsplit("/", 1)
+            events.append(("create", f"{parent}/<tmp>" if name.startswith(".tmp-")
+                           else full, "dsync" if flags & getattr(os, "O_DSYNC", 0) else ""))
+        return real_open(path, flags, mode, dir_fd=dir_fd)
+
     monkeypatch.setattr(os, "fsync", recording_fsync)
+    monkeypatch.setattr(os, "open", recording_open)
     root = os.path.realpath(str(tmp_path / "s"))
     store.put("topics/t/0/data/first.parquet", b"data")  # creates the directories
     store.put_if_absent("topics/t/0/log/000000/0.json", b"entry")
@@ -871,20 +887,30 @@ def test_local_writes_sync_the_file_and_its_directory(tmp_path: Any, monkeypatch
         # Each directory created is named durably: its parent is synced after mkdir.
         for parent in (root, f"{root}/topics", f"{root}/topics/t", f"{root}/topics/t/0",
                        f"{root}/topics/t/0/log"):
-            assert parent in synced, (parent, synced)
-    synced.clear()
+            assert ("fsync", parent) in events, (parent, events)
+    events.clear()
     store.put("topics/t/0/data/a.parquet", b"data")
+    store.put_new("topics/t/0/data/b.parquet", b"data")
     assert store.put_if_absent("topics/t/0/log/000000/1.json", b"entry")
     assert not store.put_if_absent("topics/t/0/log/000000/1.json", b"lost")
-    if not fsync:
-        assert synced == []
-        return
     data_dir, log_dir = f"{root}/topics/t/0/data", f"{root}/topics/t/0/log/000000"
-    # temp file, then the directory holding the final name; the losing create syncs only
-    # its temp file (nothing of it stays).
-    assert [p.rsplit("/", 1)[0] if "/.tmp-" in p else p for p in synced] == [
-        data_dir, data_dir, log_dir, log_dir, log_dir]
-    assert all("/.tmp-" in synced[i] for i in (0, 2, 4))
+    if not fsync:
+        assert [e for e in events if e[0] == "fsync" or e[2]] == []
+        return
+    # The object (its temp file, but for put_new), then the directory holding its final
+    # name; the losing create writes only its temp file (nothing of it stays).
+    durable = ("dsync",) if getattr(os, "O_DSYNC", 0) else ("",)
+    file_sync: list[tuple[str, ...]] = [] if durable == ("dsync",) else [("fsync", "?")]
+    expected: list[tuple[str, ...]] = []
+    for created, directory in ((f"{data_dir}/<tmp>", data_dir),
+                               (f"{data_dir}/b.parquet", data_dir),
+                               (f"{log_dir}/<tmp>", log_dir), (f"{log_dir}/<tmp>", None)):
+        expected += [("create", created, *durable), *file_sync]
+        if directory is not None:
+            expected.append(("fsync", directory))
+    got = [("fsync", "?") if e[0] == "fsync" and e[1] not in (data_dir, log_dir) else e
+           for e in events]
+    assert got == expected
 
 
 def test_local_store_writes_into_a_directory_removed_behind_its_back(tmp_path: Any) -> None:
@@ -902,6 +928,58 @@ def test_local_store_writes_into_a_directory_removed_behind_its_back(tmp_path: A
     assert store.put_if_absent("topics/t/0/log/000000/0.json", b"e2")
     assert store.get("topics/t/0/data/b.parquet") == b"b"
     assert store.get("topics/t/0/log/000000/0.json") == b"e2"
+
+
+def test_local_store_writes_into_a_directory_removed_and_made_again(tmp_path: Any) -> None:
+    """Writes go through a kept descriptor of their directory.  One removed and made
+    again by someone else must not swallow the next writes: they land in the new one
+    (the old descriptor names a directory that is gone)."""
+    import shutil
+
+    store = open_store(str(tmp_path / "s"))
+    for write in (lambda k: store.put(k, b"x"), lambda k: store.put_new(k, b"x"),
+                  lambda k: store.put_if_absent(k, b"x")):
+        store.put("topics/t/0/data/first", b"x")  # its descriptor is kept
+        shutil.rmtree(tmp_path / "s" / "topics")
+        (tmp_path / "s" / "topics" / "t" / "0" / "data").mkdir(parents=True)
+        write("topics/t/0/data/second")
+        assert sorted(store.list("topics/")) == ["topics/t/0/data/second"]
+
+
+def test_local_store_keeps_a_bounded_number_of_descriptors(tmp_path: Any) -> None:
+    """Writes from several threads into more directories than the store keeps
+    descriptors for all land, the process holds no more than that bound of them, and
+    they are closed once the store is gone."""
+    import gc
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
+    from txlog.storage import local
+
+    root = os.path.realpath(str(tmp_path / "s"))
+
+    def open_fds() -> int:  # this store's (other tests' stores may be collected here)
+        n = 0
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                n += os.readlink(f"/proc/self/fd/{fd}").startswith(root)
+            except OSError:  # (closed meanwhile: listdir's own descriptor)
+                pass
+        return n
+
+    def write_all() -> None:
+        store = open_store(str(tmp_path / "s"))
+        dirs = local._MAX_DIR_FDS * 2
+        keys = [f"topics/t/{i % dirs}/data/{i}" for i in range(dirs * 3)]
+        with ThreadPoolExecutor(4) as pool:
+            list(pool.map(lambda k: store.put_new(k, k.encode()), keys))
+        assert all(store.get(k) == k.encode() for k in keys)
+        assert open_fds() - before <= local._MAX_DIR_FDS
+
+    before = open_fds()
+    write_all()
+    gc.collect()
+    assert open_fds() == before == 0  # the store is gone: so are its descriptors
 
 
 def test_remote_identity_names_the_endpoint() -> None:

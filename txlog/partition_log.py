@@ -189,7 +189,7 @@ class PartitionLog:
         """Write a batch object under a unique name (plain put; not yet part of the log)."""
         key = layout.data_key(self.topic, self.partition, unique())
         data = encode_parquet(table)
-        self.store.put(key, data)
+        self.store.put_new(key, data)
         return key, len(data)
 
     def append(self, spec: AppendSpec) -> AppendResult:

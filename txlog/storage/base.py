@@ -96,6 +96,13 @@ class ObjectStore(abc.ABC):
     def put(self, key: str, data: bytes) -> None:
         """Write ``key`` (overwriting).  Readers never see a partial object."""
 
+    def put_new(self, key: str, data: bytes) -> None:
+        """Write a fresh, uniquely named object that nothing reads until a later write
+        names it (a batch object before its log entry): complete once this returns, but
+        a store may show part of it before, or leave part of it if the writer is killed.
+        By default, :meth:`put`."""
+        self.put(key, data)
+
     @abc.abstractmethod
     def get(self, key: str) -> bytes:
         """Read a whole object; raise ObjectNotFoundError if it is missing."""

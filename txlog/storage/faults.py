@@ -251,6 +251,9 @@ class FaultyStore(ObjectStore):
     def put(self, key: str, data: bytes) -> None:
         self._call("put", key, self.inner.put, key, data)
 
+    def put_new(self, key: str, data: bytes) -> None:
+        self._call("put", key, self.inner.put_new, key, data)
+
     def get(self, key: str) -> bytes:
         return bytes(self._call("get", key, self.inner.get, key))
 
