@@ -856,6 +856,10 @@ def test_local_writes_sync_the_file_and_its_directory(tmp_path: Any, monkeypatch
     directory entry did not.  With ``{"fsync": False}`` nothing is synced."""
     import os
 
+    from txlog.storage import local
+
+    if not local._AT:
+        pytest.skip("this platform has no dir_fd calls: the path-based writes sync as before")
     store = open_store(str(tmp_path / "s"), {"fsync": fsync})
     events: list[tuple[str, ...]] = []
     real_fsync, real_open = os.fsync, os.open
@@ -944,6 +948,57 @@ def test_local_store_writes_into_a_directory_removed_and_made_again(tmp_path: An
         (tmp_path / "s" / "topics" / "t" / "0" / "data").mkdir(parents=True)
         write("topics/t/0/data/second")
         assert sorted(store.list("topics/")) == ["topics/t/0/data/second"]
+
+
+def test_local_store_writes_into_a_directory_moved_away(tmp_path: Any) -> None:
+    """A kept directory descriptor follows a directory that someone renames; the writes
+    after it must still go to the path (where readers and other writers look), and the
+    atomic create must still be decided there: one winner."""
+    import os
+
+    root = tmp_path / "s"
+    a = open_store(str(root))
+    for i, write in enumerate((lambda k: a.put(k, b"a"), lambda k: a.put_new(k, b"a"),
+                               lambda k: a.put_if_absent(k, b"a"))):
+        a.put(f"topics/t/0/log/first{i}", b"x")  # its descriptor is kept
+        os.rename(root / "topics", root / f"moved{i}")
+        (root / "topics" / "t" / "0" / "log").mkdir(parents=True)
+        write(f"topics/t/0/log/{i}.json")
+        assert a.get(f"topics/t/0/log/{i}.json") == b"a"
+        assert not open_store(str(root)).put_if_absent(f"topics/t/0/log/{i}.json", b"b")
+        assert a.get(f"topics/t/0/log/{i}.json") == b"a"
+
+
+def test_local_store_closes_one_descriptor_per_new_one(tmp_path: Any,
+                                                         monkeypatch: Any) -> None:
+    """Past the bound, a write into a new directory closes the least recently used idle
+    descriptor (one; not every idle one in that write)."""
+    import os
+
+    from txlog.storage import local
+
+    monkeypatch.setattr(local, "_MAX_DIR_FDS", 4)
+    store = open_store(str(tmp_path / "s"))
+    for i in range(4):
+        store.put_new(f"d{i}/x", b"x")
+    store.put_new("d0/y", b"x")  # d0 is now the most recently used
+    closed: list[str] = []
+    real_close = os.close
+
+    def recording_close(fd: int) -> None:
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            target = "?"
+        if os.path.isdir(target) and os.path.basename(target).startswith("d"):
+            closed.append(os.path.basename(target))  # (not the root: synced on mkdir)
+        real_close(fd)
+
+    monkeypatch.setattr(os, "close", recording_close)
+    store.put_new("d4/x", b"x")
+    assert closed == ["d1"]
+    store.put_new("d5/x", b"x")
+    assert closed == ["d1", "d2"]
 
 
 def test_local_store_keeps_a_bounded_number_of_descriptors(tmp_path: Any) -> None:

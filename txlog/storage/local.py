@@ -17,6 +17,7 @@ then writes, the second makes a half-written file visible under the final name.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import errno
 import os
@@ -32,8 +33,8 @@ from txlog.unique import unique
 _TMP_PREFIX = ".tmp-"
 _MAX_KNOWN_DIRS = 10_000
 #: Directory descriptors a store keeps open (one per partition's data or log folder in
-#: use); past it, idle ones are closed, and a write opens its own if none is idle.
-_MAX_DIR_FDS = 64
+#: use); past it, the least recently used idle one is closed for each new one.
+_MAX_DIR_FDS = 128
 #: Relative opens, links and renames (POSIX): without them, the path-based calls below.
 _AT = {os.open, os.link, os.unlink, os.rename} <= os.supports_dir_fd  # (os.replace: as rename)
 _O_DSYNC = getattr(os, "O_DSYNC", 0)
@@ -121,7 +122,9 @@ class LocalStore(ObjectStore):
         final = self._path(key)
         if _AT:
             directory, name = os.path.split(final)
-            won = self._at(directory, lambda d: self._link_new(d, name, data))
+            # (a lost create syncs nothing: nothing of it stays)
+            won = self._at(directory, lambda d: self._link_new(d, name, data),
+                           sync=lambda won: won)
         else:
             won = self._put_if_absent_by_path(final, data)
         self.counter.add("put_if_absent", len(data))
@@ -135,11 +138,12 @@ class LocalStore(ObjectStore):
         except FileExistsError:
             return False
         except OSError as exc:
-            raise self._no_links(exc) from exc
+            refused = self._no_links(exc)
+            if refused is exc:
+                raise
+            raise refused from exc
         finally:
             os.unlink(tmp, dir_fd=d)
-        if self.fsync:
-            os.fsync(d)
         return True
 
     def _put_if_absent_by_path(self, final: str, data: bytes) -> bool:
@@ -149,7 +153,10 @@ class LocalStore(ObjectStore):
         except FileExistsError:
             won = False
         except OSError as exc:
-            raise self._no_links(exc) from exc
+            refused = self._no_links(exc)
+            if refused is exc:
+                raise
+            raise refused from exc
         else:
             won = True
         finally:
@@ -183,9 +190,7 @@ class LocalStore(ObjectStore):
     def _replace(self, d: int, name: str, data: bytes) -> None:
         tmp = f"{_TMP_PREFIX}{unique()}"
         self._create(d, tmp, data)
-        os.replace(tmp, name, src_dir_fd=d, dst_dir_fd=d)
-        if self.fsync:
-            os.fsync(d)  # (as above: before anything refers to it)
+        os.replace(tmp, name, src_dir_fd=d, dst_dir_fd=d)  # (as os.rename: see _AT)
 
     def put_new(self, key: str, data: bytes) -> None:
         """Written in place, without a temp file and a rename: nothing reads the object
@@ -202,9 +207,6 @@ class LocalStore(ObjectStore):
             except FileExistsError:
                 # Not a fresh key after all: overwrite whole, as put() does.
                 self._replace(d, name, data)
-                return
-            if self.fsync:
-                os.fsync(d)  # the name too, before a log entry names the object
 
         self._at(directory, create)
         self.counter.add("put", len(data))
@@ -223,7 +225,7 @@ class LocalStore(ObjectStore):
                 while view:
                     n = os.write(fd, view)
                     view = view[n:]
-                if self.fsync and not _O_DSYNC:
+                if self.fsync and (not _O_DSYNC or not data):  # (no write: no O_DSYNC)
                     os.fsync(fd)
             finally:
                 os.close(fd)
@@ -232,27 +234,43 @@ class LocalStore(ObjectStore):
                 os.unlink(name, dir_fd=d)
             raise
 
-    def _at(self, directory: str, write: Callable[[int], _T]) -> _T:
+    def _at(self, directory: str, write: Callable[[int], _T],
+            sync: Callable[[_T], bool] = lambda _: True) -> _T:
         """``write(fd)`` with an open descriptor of ``directory`` (made, parents and all,
-        if missing); once more if its first create found the directory removed since it
-        was opened (a topic or staging sweep).  Only then: a create that won its link must
-        not be tried again."""
-        for attempt in (0, 1):
+        if missing), then, with fsync on and where ``sync(result)``, sync the directory.
+
+        The descriptor is kept between writes, so the directory it names may no longer
+        be the one at the path: one removed (the create finds it gone) or moved away by
+        someone else (a stat after the write finds another one there).  Then the write is
+        made again in the directory now at the path: what went to the old one, nothing
+        reads (a create that won its link there did not win it at the path)."""
+        for _ in range(3):
             try:
                 h = self._dir_fds.acquire(directory)
             except FileNotFoundError:
                 self._ensure_dir(directory)
                 h = self._dir_fds.acquire(directory)
             try:
-                return write(h.fd)
-            except _DirGone:
-                if attempt:
-                    raise FileNotFoundError(
-                        f"directory {directory} was removed while writing into it") from None
-                self._dir_fds.forget(directory, h)
+                try:
+                    result = write(h.fd)
+                except _DirGone:
+                    self._dir_fds.forget(directory)
+                    continue
+                try:
+                    st = os.stat(directory)
+                except FileNotFoundError:
+                    st = None
+                if st is None or (st.st_dev, st.st_ino) != h.ident:
+                    self._dir_fds.forget(directory)
+                    continue
+                if self.fsync and sync(result):
+                    os.fsync(h.fd)
+                return result
             finally:
                 self._dir_fds.release(h)
-        raise AssertionError("unreachable")
+        raise StorageError(
+            f"directory {directory} keeps being removed or replaced while txlog writes into "
+            "it; stop whatever moves it, then retry")
 
     def get(self, key: str) -> bytes:
         try:
@@ -345,21 +363,25 @@ class _DirGone(Exception):
 
 
 class _DirFd:
-    __slots__ = ("dead", "fd", "users")
+    __slots__ = ("dead", "fd", "ident", "users")
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
+        st = os.fstat(fd)
+        self.ident = (st.st_dev, st.st_ino)  # which directory, to notice another at the path
         self.users = 1
         self.dead = False  # closed by its last user
 
 
 class _DirFds:
-    """Open directory descriptors by path, shared by a store's threads.  One is closed
-    only once no write uses it: its number may be reused by the next open at once."""
+    """Open directory descriptors by path, shared by a store's threads, the least
+    recently used closed past _MAX_DIR_FDS.  One is closed only once no write uses it:
+    its number may be reused by the next open at once."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._open: dict[str, _DirFd] = {}
+        self._open: collections.OrderedDict[str, _DirFd] = collections.OrderedDict()
+        _ALL.add(self)
 
     def acquire(self, path: str) -> _DirFd:
         """The descriptor of ``path`` (FileNotFoundError if there is no such directory);
@@ -368,23 +390,32 @@ class _DirFds:
             h = self._open.get(path)
             if h is not None:
                 h.users += 1
+                self._open.move_to_end(path)
                 return h
-        h = _DirFd(os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)))
-        idle: list[_DirFd] = []
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        try:
+            h = _DirFd(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        idle = None
         with self._lock:
             if path in self._open:
                 h.dead = True  # another thread opened it meanwhile: this one is the caller's
             else:
                 if len(self._open) >= _MAX_DIR_FDS:
-                    for p, other in list(self._open.items()):
+                    # One out for one in (the least recently used idle one), so no single
+                    # write closes many.
+                    for p, other in self._open.items():
                         if other.users == 0:
-                            idle.append(self._open.pop(p))
+                            idle = self._open.pop(p)
+                            break
                 if len(self._open) < _MAX_DIR_FDS:
                     self._open[path] = h
                 else:
-                    h.dead = True  # every cached one is in use: this one is the caller's
-        for other in idle:
-            os.close(other.fd)
+                    h.dead = True  # every kept one is in use: this one is the caller's
+        if idle is not None:
+            os.close(idle.fd)
         return h
 
     def release(self, h: _DirFd) -> None:
@@ -394,12 +425,17 @@ class _DirFds:
         if close:
             os.close(h.fd)
 
-    def forget(self, path: str, h: _DirFd) -> None:
-        """``h`` names a directory that was removed: hand it out no more."""
+    def forget(self, path: str) -> None:
+        """The directory kept for ``path`` is not the one there any more: hand it out no
+        more (closed by its last user)."""
         with self._lock:
-            if self._open.get(path) is h:
-                del self._open[path]
+            h = self._open.pop(path, None)
+            if h is None:
+                return
             h.dead = True
+            close = h.users == 0
+        if close:
+            os.close(h.fd)
 
     def close_all(self) -> None:
         with self._lock:
@@ -409,3 +445,19 @@ class _DirFds:
             self._open.clear()
         for h in idle:
             os.close(h.fd)
+
+    def after_fork(self) -> None:
+        # A parent thread may have held the lock, and its writes never end here.
+        self._lock = threading.Lock()
+        self._open = collections.OrderedDict()
+
+
+_ALL: weakref.WeakSet[_DirFds] = weakref.WeakSet()
+
+
+def _after_fork() -> None:
+    for fds in list(_ALL):
+        fds.after_fork()
+
+
+os.register_at_fork(after_in_child=_after_fork)
