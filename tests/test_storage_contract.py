@@ -875,10 +875,12 @@ def test_local_writes_sync_the_file_and_its_directory(tmp_path: Any, monkeypatch
 
     def recording_open(path: str, flags: int, mode: int = 0o777, *,
                        dir_fd: int | None = None) -> int:
-        if flags & os.O_CREAT:
+        tmpfile = getattr(os, "O_TMPFILE", 0)
+        unnamed = bool(tmpfile) and flags & tmpfile == tmpfile
+        if flags & os.O_CREAT or unnamed:
             full = os.path.join(where(dir_fd), path) if dir_fd is not None else path
             parent, name = full.rsplit("/", 1)
-            events.append(("create", f"{parent}/<tmp>" if name.startswith(".tmp-")
+            events.append(("create", f"{parent}/<tmp>" if name.startswith(".tmp-") or unnamed
                            else full, "dsync" if flags & getattr(os, "O_DSYNC", 0) else ""))
         return real_open(path, flags, mode, dir_fd=dir_fd)
 
@@ -948,6 +950,45 @@ def test_local_store_writes_into_a_directory_removed_and_made_again(tmp_path: An
         (tmp_path / "s" / "topics" / "t" / "0" / "data").mkdir(parents=True)
         write("topics/t/0/data/second")
         assert sorted(store.list("topics/")) == ["topics/t/0/data/second"]
+
+
+_KILLED_IN_LINK = """
+import os, sys
+from txlog.storage import open_store
+store = open_store(sys.argv[1])
+store.put_if_absent("topics/t/0/log/0.json", b"first")
+real_link = os.link
+def stuck_link(*args, **kwargs):
+    print("linking", flush=True)
+    sys.stdin.read()  # until killed
+os.link = stuck_link
+store.put_if_absent("topics/t/0/log/1.json", b"second")
+"""
+
+
+def test_local_create_killed_before_its_link_leaves_nothing(tmp_path: Any) -> None:
+    """A writer SIGKILLed between writing an atomic create's bytes and linking them
+    under the final name leaves no file behind (an unnamed file, freed with the process,
+    where Linux has O_TMPFILE; before, a temp file stayed for ever)."""
+    import signal
+    import subprocess
+    import sys
+
+    from txlog.storage import local
+
+    if not (local._AT and hasattr(os, "O_TMPFILE")):
+        pytest.skip("no O_TMPFILE here: a killed create may leave its temp file")
+    root = tmp_path / "s"
+    child = subprocess.Popen([sys.executable, "-c", _KILLED_IN_LINK, str(root)],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                             cwd=str(Path(__file__).resolve().parents[1]))
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline() == "linking\n"
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    assert sorted(os.listdir(root / "topics" / "t" / "0" / "log")) == ["0.json"]
 
 
 def test_local_store_writes_into_a_directory_moved_away(tmp_path: Any) -> None:
