@@ -991,6 +991,34 @@ def test_local_create_killed_before_its_link_leaves_nothing(tmp_path: Any) -> No
     assert sorted(os.listdir(root / "topics" / "t" / "0" / "log")) == ["0.json"]
 
 
+@pytest.mark.parametrize("unnamed", [True, False])
+def test_local_create_whose_directory_is_removed_before_its_link(
+        tmp_path: Any, monkeypatch: Any, unnamed: bool) -> None:
+    """A directory removed (and made again) between an atomic create's write and its
+    link: the create is made again in the new directory, on any filesystem (ext4 refuses
+    the unnamed file's open in a removed directory, tmpfs only its link)."""
+    import shutil
+
+    store = open_store(str(tmp_path / "s"))
+    store._unnamed = unnamed and store._unnamed  # type: ignore[attr-defined]
+    store.put_if_absent("topics/t/0/log/0.json", b"first")  # its descriptor is kept
+    real_link = os.link
+    removed: list[bool] = []
+
+    def removing_link(*args: Any, **kwargs: Any) -> None:
+        if not removed:
+            removed.append(True)
+            shutil.rmtree(tmp_path / "s" / "topics")
+            (tmp_path / "s" / "topics" / "t" / "0" / "log").mkdir(parents=True)
+        real_link(*args, **kwargs)
+
+    monkeypatch.setattr(os, "link", removing_link)
+    assert store.put_if_absent("topics/t/0/log/1.json", b"second")
+    assert removed
+    assert store.get("topics/t/0/log/1.json") == b"second"
+    assert sorted(os.listdir(tmp_path / "s" / "topics" / "t" / "0" / "log")) == ["1.json"]
+
+
 def test_local_store_writes_into_a_directory_moved_away(tmp_path: Any) -> None:
     """A kept directory descriptor follows a directory that someone renames; the writes
     after it must still go to the path (where readers and other writers look), and the

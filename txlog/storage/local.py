@@ -144,12 +144,15 @@ class LocalStore(ObjectStore):
         except FileExistsError:
             return False
         except OSError as exc:
+            if exc.errno == errno.ENOENT and os.fstat(d).st_nlink == 0:
+                raise _DirGone from None  # removed since the create: nothing was linked
             refused = self._no_links(exc)
             if refused is exc:
                 raise
             raise refused from exc
         finally:
-            os.unlink(tmp, dir_fd=d)
+            with contextlib.suppress(FileNotFoundError):  # (gone with its directory)
+                os.unlink(tmp, dir_fd=d)
         return True
 
     def _link_unnamed(self, d: int, name: str, data: bytes) -> bool | None:
@@ -160,12 +163,12 @@ class LocalStore(ObjectStore):
             fd = os.open(".", os.O_TMPFILE | os.O_WRONLY | (_O_DSYNC if self.fsync else 0),
                          0o644, dir_fd=d)
         except OSError as exc:
+            if exc.errno in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL, errno.ENOTSUP):
+                self._unnamed = False
+                return None
             if exc.errno == errno.ENOENT or os.fstat(d).st_nlink == 0:
-                raise _DirGone from None  # (a removed directory refuses with EPERM too)
-            if exc.errno not in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL, errno.ENOTSUP):
-                raise
-            self._unnamed = False
-            return None
+                raise _DirGone from None  # (ext4 refuses a removed directory with EPERM)
+            raise
         try:
             view = memoryview(data)
             while view:
@@ -178,8 +181,12 @@ class LocalStore(ObjectStore):
             except FileExistsError:
                 return False
             except OSError as exc:
-                if exc.errno == errno.ENOENT and not os.path.exists("/proc/self/fd"):
-                    self._unnamed = False  # no /proc: a named temp file from now on
+                # Nothing is linked yet on any of these paths: trying again is safe.
+                if exc.errno == errno.ENOENT and os.fstat(d).st_nlink == 0:
+                    raise _DirGone from None  # (tmpfs opens in a removed directory)
+                if exc.errno in (errno.ENOENT, errno.EACCES, errno.EXDEV):
+                    # No /proc here, or a sandbox denies it: named temp files from now on.
+                    self._unnamed = False
                     return None
                 refused = self._no_links(exc)
                 if refused is exc:
