@@ -189,3 +189,28 @@ def test_bad_fault_config() -> None:
         FaultyStore(inner, rates={"bogus": FaultRates()})
     with pytest.raises(ConfigError, match="error_style"):
         FaultyStore(inner, error_style="loud")
+
+
+def test_worker_records_a_commit_whose_offset_is_unknown_as_committed() -> None:
+    """After a commit, a future may say its batch committed but its offset is unknown
+    (the read that finds it failed): the harness records the transaction as committed
+    (its value is still checked for loss), with no offset for that value, instead of
+    crashing the client as if txlog had raised an unexpected error."""
+    from txlog.errors import TxlogError
+    from txlog.harness.worker import Worker
+
+    class Done:
+        partition, offset = 0, 7
+
+        def get(self) -> Done:
+            return self
+
+    class Unknown:
+        def get(self) -> None:
+            raise TxlogError("the batch committed, but its offset in a-0 is unknown")
+
+    got = Worker.acks([("a", "v1", Done()), ("a", "v2", Unknown())])
+    assert got["acks"] == [["a", 0, 7, "v1"]]
+    assert got["offsets_unknown"] == [
+        "v2: the batch committed, but its offset in a-0 is unknown"]
+    assert "offsets_unknown" not in Worker.acks([("a", "v1", Done())])

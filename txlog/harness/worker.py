@@ -201,11 +201,22 @@ class Worker:
             self._fenced |= isinstance(exc, ProducerFencedError)
             self.fail(oid, "txn", exc, {"pipelined": True}, "fail" if definite else "info")
             return
-        acks = []
+        self.rec.complete(oid, "txn", "ok", {**self.acks(futures), "pipelined": True})
+
+    @staticmethod
+    def acks(futures: list[tuple[str, str, Any]]) -> dict[str, Any]:
+        """The offsets a committed transaction's futures give.  A future may say the
+        batch committed but its offset is unknown (the read that finds it failed): the
+        commit holds all the same, so the value is still checked, only not its offset."""
+        acks, unknown = [], []
         for topic, value, fut in futures:
-            md = fut.get()
+            try:
+                md = fut.get()
+            except TxlogError as exc:
+                unknown.append(f"{value}: {exc}")
+                continue
             acks.append([topic, md.partition, md.offset, value])
-        self.rec.complete(oid, "txn", "ok", {"acks": acks, "pipelined": True})
+        return {"acks": acks, **({"offsets_unknown": unknown} if unknown else {})}
 
     def race(self, prod: Any) -> Any:
         """A newer instance of the transactional.id initialises while this one commits;
@@ -328,11 +339,7 @@ class Worker:
                     pass
                 return None if nxt is prod else nxt
             return prod
-        acks = []
-        for topic, value, fut in futures:
-            md = fut.get()
-            acks.append([topic, md.partition, md.offset, value])
-        self.rec.complete(oid, "txn", "ok", {"acks": acks, "next_epoch": prod.epoch})
+        self.rec.complete(oid, "txn", "ok", {**self.acks(futures), "next_epoch": prod.epoch})
         return nxt
 
     # -- idempotent (non-transactional) producers ----------------------------------------
@@ -517,11 +524,7 @@ class Worker:
                         pass
                     prod = None
                 continue
-            acks = []
-            for topic, value, fut in futures:
-                md = fut.get()
-                acks.append([topic, md.partition, md.offset, value])
-            self.rec.complete(oid, "txn", "ok", {"acks": acks})
+            self.rec.complete(oid, "txn", "ok", self.acks(futures))
 
     # -- maintenance -------------------------------------------------------------------------
 
