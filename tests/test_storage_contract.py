@@ -31,6 +31,7 @@ from txlog.errors import (
     StorageError,
 )
 from txlog.storage import LocalStore, MemoryStore, ObjectStore, check_key, open_store
+from txlog.storage import local as local_store
 
 SEED = 20260611
 # Trials per backend.  SeaweedFS answers concurrent conditional creates of ONE key slowly
@@ -991,6 +992,10 @@ def test_local_create_killed_before_its_link_leaves_nothing(tmp_path: Any) -> No
     assert sorted(os.listdir(root / "topics" / "t" / "0" / "log")) == ["0.json"]
 
 
+_DIR_FDS = pytest.mark.skipif(not local_store._AT, reason="no dir_fd calls on this platform")
+
+
+@_DIR_FDS
 @pytest.mark.parametrize("unnamed", [True, False])
 def test_local_create_whose_directory_is_removed_before_its_link(
         tmp_path: Any, monkeypatch: Any, unnamed: bool) -> None:
@@ -1038,6 +1043,7 @@ def test_local_store_writes_into_a_directory_moved_away(tmp_path: Any) -> None:
         assert a.get(f"topics/t/0/log/{i}.json") == b"a"
 
 
+@_DIR_FDS
 def test_local_store_closes_one_descriptor_per_new_one(tmp_path: Any,
                                                          monkeypatch: Any) -> None:
     """Past the bound, a write into a new directory closes the least recently used idle

@@ -102,15 +102,20 @@ class LocalStore(ObjectStore):
             self._ensure_dir(directory)
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
-            view = memoryview(data)
-            while view:
-                n = os.write(fd, view)
-                view = view[n:]
-            if self.fsync:
-                os.fsync(fd)
+            self._write_all(fd, data, dsync=False)
         finally:
             os.close(fd)
         return tmp
+
+    def _write_all(self, fd: int, data: bytes, *, dsync: bool) -> None:
+        """Write ``data`` to ``fd``; with fsync on, durable when this returns (``dsync``:
+        the file was opened with O_DSYNC, so only a file of no bytes needs an fsync)."""
+        view = memoryview(data)
+        while view:
+            n = os.write(fd, view)
+            view = view[n:]
+        if self.fsync and not (dsync and data):
+            os.fsync(fd)
 
     @staticmethod
     def _fsync_dir(directory: str) -> None:
@@ -170,12 +175,7 @@ class LocalStore(ObjectStore):
                 raise _DirGone from None  # (ext4 refuses a removed directory with EPERM)
             raise
         try:
-            view = memoryview(data)
-            while view:
-                n = os.write(fd, view)
-                view = view[n:]
-            if self.fsync and (not _O_DSYNC or not data):
-                os.fsync(fd)
+            self._write_all(fd, data, dsync=bool(_O_DSYNC))
             try:
                 os.link(f"/proc/self/fd/{fd}", name, dst_dir_fd=d, follow_symlinks=True)
             except FileExistsError:
@@ -271,12 +271,7 @@ class LocalStore(ObjectStore):
             raise _DirGone from None
         try:
             try:
-                view = memoryview(data)
-                while view:
-                    n = os.write(fd, view)
-                    view = view[n:]
-                if self.fsync and (not _O_DSYNC or not data):  # (no write: no O_DSYNC)
-                    os.fsync(fd)
+                self._write_all(fd, data, dsync=bool(_O_DSYNC))
             finally:
                 os.close(fd)
         except BaseException:
