@@ -8,6 +8,7 @@ writers meet at a barrier before every trial.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import multiprocessing
 import os
@@ -1022,6 +1023,60 @@ def test_local_create_whose_directory_is_removed_before_its_link(
     assert removed
     assert store.get("topics/t/0/log/1.json") == b"second"
     assert sorted(os.listdir(tmp_path / "s" / "topics" / "t" / "0" / "log")) == ["1.json"]
+
+
+@pytest.mark.parametrize("unnamed", [True, False])
+def test_local_create_on_a_filesystem_without_hard_links(tmp_path: Any, monkeypatch: Any,
+                                                          unnamed: bool) -> None:
+    """A filesystem that refuses hard links cannot give txlog its atomic create: the
+    store says so (a StorageError naming the cause), not a bare OSError, and leaves no
+    file behind."""
+    store = open_store(str(tmp_path / "s"))
+    store._unnamed = unnamed and store._unnamed  # type: ignore[attr-defined]
+    store.put("topics/t/0/log/first", b"x")
+
+    def refusing_link(*args: Any, **kwargs: Any) -> None:
+        raise OSError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(os, "link", refusing_link)
+    with pytest.raises(StorageError, match="does not support hard links"):
+        store.put_if_absent("topics/t/0/log/0.json", b"entry")
+    assert os.listdir(tmp_path / "s" / "topics" / "t" / "0" / "log") == ["first"]
+
+
+@_DIR_FDS
+def test_local_store_child_process_closes_inherited_descriptors(tmp_path: Any) -> None:
+    """A forked child closes its copies of the store's kept directory descriptors (its
+    parent's writes never finish there) and writes through descriptors of its own."""
+    root = os.path.realpath(str(tmp_path / "s"))
+    store = open_store(root)
+    for i in range(3):
+        store.put_new(f"d{i}/x", b"x")
+
+    def kept() -> int:
+        n = 0
+        for fd in os.listdir("/proc/self/fd"):
+            with contextlib.suppress(OSError):
+                n += os.readlink(f"/proc/self/fd/{fd}").startswith(root)
+        return n
+
+    assert kept() == 3
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report, then leave without running the parent's cleanup
+        try:
+            after_fork = kept()
+            store.put_new("d0/y", b"y")
+            os.write(w, f"{after_fork} {kept()}".encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r) as f:
+        report = f.read()
+    os.waitpid(pid, 0)
+    assert report == "0 1"
+    assert store.get("d0/y") == b"y"
+    assert kept() == 3
 
 
 def test_local_store_writes_into_a_directory_moved_away(tmp_path: Any) -> None:

@@ -151,10 +151,8 @@ class LocalStore(ObjectStore):
         except OSError as exc:
             if exc.errno == errno.ENOENT and os.fstat(d).st_nlink == 0:
                 raise _DirGone from None  # removed since the create: nothing was linked
-            refused = self._no_links(exc)
-            if refused is exc:
-                raise
-            raise refused from exc
+            self._refuse_without_links(exc)
+            raise
         finally:
             with contextlib.suppress(FileNotFoundError):  # (gone with its directory)
                 os.unlink(tmp, dir_fd=d)
@@ -188,10 +186,8 @@ class LocalStore(ObjectStore):
                     # No /proc here, or a sandbox denies it: named temp files from now on.
                     self._unnamed = False
                     return None
-                refused = self._no_links(exc)
-                if refused is exc:
-                    raise
-                raise refused from exc
+                self._refuse_without_links(exc)
+                raise
             return True
         finally:
             os.close(fd)
@@ -203,10 +199,8 @@ class LocalStore(ObjectStore):
         except FileExistsError:
             won = False
         except OSError as exc:
-            refused = self._no_links(exc)
-            if refused is exc:
-                raise
-            raise refused from exc
+            self._refuse_without_links(exc)
+            raise
         else:
             won = True
         finally:
@@ -215,12 +209,14 @@ class LocalStore(ObjectStore):
             self._fsync_dir(os.path.dirname(final))
         return won
 
-    def _no_links(self, exc: OSError) -> OSError | StorageError:
+    def _refuse_without_links(self, exc: OSError) -> None:
+        """Raise what a failed link means when the filesystem has no hard links (the
+        caller raises any other failure as it is)."""
         if exc.errno in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP):
-            return StorageError(
+            raise StorageError(
                 f"the local filesystem under {self.root} does not support hard links, "
-                "which txlog needs for atomic create; use a local disk (ext4, xfs, apfs)")
-        return exc
+                "which txlog needs for atomic create; use a local disk (ext4, xfs, apfs)"
+            ) from exc
 
     def put(self, key: str, data: bytes) -> None:
         final = self._path(key)
@@ -492,9 +488,13 @@ class _DirFds:
             os.close(h.fd)
 
     def after_fork(self) -> None:
-        # A parent thread may have held the lock, and its writes never end here.
+        # A parent thread may have held the lock, and its writes never end here: the
+        # child closes its copies of the descriptors and starts afresh.
         self._lock = threading.Lock()
-        self._open = collections.OrderedDict()
+        inherited, self._open = self._open, collections.OrderedDict()
+        for h in inherited.values():
+            with contextlib.suppress(OSError):
+                os.close(h.fd)
 
 
 _ALL: weakref.WeakSet[_DirFds] = weakref.WeakSet()
