@@ -94,6 +94,7 @@ def test_benchmark_prints_json(runs: Any, name: str) -> None:
     d = lines[0]
     assert d["bench"] == name
     assert d["mode"] == "tiny"
+    assert d["code"]["txlog"] == str(REPO / "txlog"), d["code"]  # this checkout's code
     assert isinstance(d.get("goals", []), list)
     for g in d.get("goals", []):
         assert {"name", "store", "measured", "pass"} <= set(g)
@@ -107,6 +108,27 @@ def test_benchmark_prints_json(runs: Any, name: str) -> None:
         report = json.loads((Path(OUT_DIR) / "report.json").read_text())
         assert [r["name"] for r in report["runs"]] == ["append"]
         assert report["runs"][0]["returncode"] == 0
+        assert report["code"]["txlog"] == str(REPO / "txlog")
         assert report["runs"][0]["results"][0]["bench"] == "append"
         md = (Path(OUT_DIR) / "report.md").read_text()
         assert "| benchmark | goal | store | measured | target | pass |" in md
+
+
+def test_benchmarks_measure_this_checkout(tmp_path: Path) -> None:
+    """An installed txlog from elsewhere (here one ahead on PYTHONPATH, as an editable
+    install made from another clone is) is neither what the benchmarks import nor what
+    the processes they start (Spark's workers) import."""
+    fake = tmp_path / "txlog"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("")
+    probe = ("import sys; sys.path.insert(0, sys.argv[1]); import common, os, subprocess; "
+             "import txlog; print(txlog.__file__); print(subprocess.run([sys.executable, '-c', "
+             "'import txlog; print(txlog.__file__)'], capture_output=True, text=True, "
+             "cwd='/').stdout.strip()); print(common.code()['txlog'])")
+    env = dict(os.environ, PYTHONPATH=str(tmp_path))
+    out = subprocess.run([sys.executable, "-c", probe, str(BENCH)], cwd="/", env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    here, child, reported = out.stdout.split()
+    assert here == child == str(REPO / "txlog" / "__init__.py")
+    assert reported == str(REPO / "txlog")

@@ -32,6 +32,13 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 MODES = ("tiny", "small", "full")
 
+# Measure this checkout's code, here and in the processes a benchmark starts (Spark's
+# Python workers, servers): an installed txlog may be another clone's (an editable install
+# made through a shared virtualenv), and a benchmark run from here measured that clone.
+sys.path.insert(0, str(REPO))
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [str(REPO)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+
 perf = time.perf_counter
 
 
@@ -120,9 +127,35 @@ def machine() -> dict[str, Any]:
             "platform": platform.platform(terse=True), "machine": platform.machine()}
 
 
+def code() -> dict[str, Any]:
+    """Which code was measured: where txlog was imported from (refused unless from this
+    checkout) and the checkout's commit, marked dirty if it has uncommitted changes."""
+    import subprocess
+
+    import txlog
+
+    where = Path(txlog.__file__).resolve().parent
+    if where != REPO / "txlog":
+        raise SystemExit(f"txlog was imported from {where}, not from this checkout ({REPO}): "
+                         "the numbers would not be this code's; run the benchmark with "
+                         "this checkout's scripts/bench/ and nothing ahead of it on "
+                         "PYTHONPATH")
+
+    def git(*args: str) -> str:
+        try:
+            return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True,
+                                  timeout=30).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return ""
+
+    commit = git("rev-parse", "--short", "HEAD") or "unknown"
+    dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+    return {"txlog": str(where), "commit": commit + ("-dirty" if dirty else "")}
+
+
 def emit_json(bench: str, mode: str, **fields: Any) -> dict[str, Any]:
     """Print the benchmark's one machine-readable line (last on stdout)."""
-    d = {"bench": bench, "mode": mode, **fields, "machine": machine()}
+    d = {"bench": bench, "mode": mode, **fields, "machine": machine(), "code": code()}
     print(json.dumps(d, sort_keys=False, default=_json_default), flush=True)
     return d
 

@@ -168,6 +168,7 @@ def write_markdown(path: Path, report: dict[str, Any]) -> None:
              f"Machine: {report['machine']['cpus']} CPUs, {report['machine']['platform']}, "
              f"Python {report['machine']['python']}; stores: {report['store']} (S3 is "
              "SeaweedFS `weed mini` on 127.0.0.1, same machine).  ",
+             f"Code: commit {report['code']['commit']} ({report['code']['txlog']}).  ",
              f"Started {report['started']}, took {report['seconds']:.0f} s.  Each figure "
              "is a median over interleaved rounds of txlog and its baseline in the same "
              "run.  On a shared machine single rounds vary by 2x or more: compare ratios, "
@@ -258,8 +259,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     cmd = " ".join(["python", "scripts/bench/run_all.py", f"--{args.mode}", "--store",
                     args.store] + (["--only", args.only] if args.only else []))
     report = {"mode": args.mode, "store": args.store, "command": cmd, "started": started,
-              "seconds": time.monotonic() - t0, "machine": C.machine(), "goals": goals,
-              "ratios": ratios, "runs": runs}
+              "seconds": time.monotonic() - t0, "machine": C.machine(), "code": C.code(),
+              "goals": goals, "ratios": ratios, "runs": runs}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
