@@ -156,8 +156,11 @@ def run(mode: str, records: int, rounds: int, work: Path) -> None:
         df.write.parquet(str(out))
         return out
 
-    variants = {"jvm": write_jvm, "jvm_fsync": write_jvm_fsync, "python": write_python,
-                "parquet": write_parquet}
+    # Parquet between the two JVM writes, in both orders: each ratio to it is of writes made
+    # back to back, so the drift over a run (this machine's speed moves by tens of percent
+    # within minutes) cancels in each round's ratio.
+    variants = {"jvm": write_jvm, "parquet": write_parquet, "jvm_fsync": write_jvm_fsync,
+                "python": write_python}
     for w in range(WARMUP):  # the JIT and the Python workers: rounds sped up for a while
         for name, fn in variants.items():
             C.progress(f"warm-up {w + 1}/{WARMUP} {name}")
@@ -191,17 +194,23 @@ def run(mode: str, records: int, rounds: int, work: Path) -> None:
     rate = {n: records / C.median(times[n]) for n in variants}
     cpu = {n: C.median(cpus[n]) for n in variants}
 
-    # Ratios of the medians: the four writes of a round are not back to back (the
-    # Python writer's runs between), so per-round ratios do not cancel the drift.
-    ratio, cpu_ratio = C.ratio(rate["jvm"], rate["parquet"]), C.ratio(cpu["parquet"], cpu["jvm"])
+    def per_round(name: str, of: dict[str, list[float]]) -> float:
+        """Median over rounds of parquet's time (or CPU) over the writer's in that round."""
+        return C.median([C.ratio(p, w) for p, w in zip(of["parquet"], of[name], strict=True)])
+
+    # The JVM writers' ratios per round (written next to parquet's); the Python writer's
+    # runs two writes away, so its ratio is of the medians.
+    ratio, cpu_ratio = per_round("jvm", times), per_round("jvm", cpus)
+    fsync_ratio, fsync_cpu_ratio = per_round("jvm_fsync", times), per_round("jvm_fsync", cpus)
     py_ratio = C.ratio(rate["python"], rate["parquet"])
-    fsync_ratio = C.ratio(rate["jvm_fsync"], rate["parquet"])
-    fsync_cpu_ratio = C.ratio(cpu["parquet"], cpu["jvm_fsync"])
-    rows = [[n, C.median(times[n]), rate[n], C.ratio(rate[n], rate["parquet"]), cpu[n],
-             C.ratio(cpu["parquet"], cpu[n]), sizes[n] / 1e6] for n in variants]
+    vs = {"jvm": (ratio, cpu_ratio), "jvm_fsync": (fsync_ratio, fsync_cpu_ratio),
+          "python": (py_ratio, C.ratio(cpu["parquet"], cpu["python"])), "parquet": (1.0, 1.0)}
+    rows = [[n, C.median(times[n]), rate[n], vs[n][0], cpu[n], vs[n][1], sizes[n] / 1e6]
+            for n in variants]
     C.print_table(f"Spark write, {records:,} records, {VALUE_SIZE}-byte values, topic of "
                   f"{PARTITIONS} partitions, local[2], median of {rounds} (jvm: fsync off, "
-                  "as parquet; jvm_fsync and python: txlog's default fsync)",
+                  "as parquet; jvm_fsync and python: txlog's default fsync; the JVM "
+                  "writers' ratios are medians of per-round ratios)",
                   ["writer", "seconds", "rows/s", "vs parquet", "CPU s", "CPU vs parquet",
                    "MB"], rows)
     print(f"load average while measuring: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs "
@@ -230,6 +239,8 @@ def run(mode: str, records: int, rounds: int, work: Path) -> None:
               "pass": None}]
     C.emit_json("spark_write", mode, records=records, rounds=rounds, partitions=PARTITIONS,
                 ratio=ratio, cpu_ratio=cpu_ratio, python_ratio=py_ratio,
+                per_round_ratio=C.clean([C.ratio(p, w) for p, w in
+                                         zip(times["parquet"], times["jvm"], strict=True)]),
                 fsync_ratio=fsync_ratio, fsync_cpu_ratio=fsync_cpu_ratio,
                 rows_per_s=C.clean(rate),
                 seconds=C.clean({n: times[n] for n in variants}),
