@@ -70,6 +70,7 @@ def parse_args(description: str, *, stores: bool = True,
         args.mode = "small"
     global _QUIET
     _QUIET = args.quiet
+    code()  # fails before the rounds, not after them, if txlog is another checkout's
     return args
 
 
