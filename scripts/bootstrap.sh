@@ -8,11 +8,20 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 stamp=.venv/.txlog-installed
-# Where the venv's txlog comes from, looked up from / so this directory is not on the path:
-# a .venv shared with another clone (a symlink) whose bootstrap ran last imports that
-# clone's code, and every test subprocess, Spark worker and benchmark here would run it.
 here="$(pwd -P)"
-installed="$(cd / && "$here/.venv/bin/python" -c \
+# A .venv that is a link to another checkout's: installing this checkout into it would make
+# that checkout's tests, Spark workers and benchmarks run this code (and its next bootstrap
+# would take it back).
+venv="$(cd .venv && pwd -P)"
+if [ "$venv" != "$here/.venv" ]; then
+  echo "bootstrap: .venv is $venv, another checkout's virtualenv; installing this" \
+       "checkout into it would change what that checkout runs. Remove the link" \
+       "(rm .venv) and run this again to get a virtualenv of its own." >&2
+  exit 2
+fi
+# Where the venv's txlog comes from (isolated: neither PYTHONPATH nor this directory on the
+# path): an install made from elsewhere is replaced by this checkout's.
+installed="$("$here/.venv/bin/python" -I -c \
   'import importlib.util as u, os; s = u.find_spec("txlog"); print(os.path.dirname(os.path.dirname(os.path.realpath(s.origin))) if s and s.origin else "")' \
   2>/dev/null || true)"
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ "$installed" != "$here" ]; then

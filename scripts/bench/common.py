@@ -36,8 +36,8 @@ MODES = ("tiny", "small", "full")
 # Python workers, servers): an installed txlog may be another clone's (an editable install
 # made through a shared virtualenv), and a benchmark run from here measured that clone.
 sys.path.insert(0, str(REPO))
-os.environ["PYTHONPATH"] = os.pathsep.join(
-    [str(REPO)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(
+    [str(REPO)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
 
 perf = time.perf_counter
 
@@ -149,6 +149,9 @@ def code() -> dict[str, Any]:
         except (OSError, subprocess.SubprocessError):
             return ""
 
+    top = git("rev-parse", "--show-toplevel")
+    if not top or Path(top).resolve() != REPO:  # no git, or not this checkout's repository
+        return {"txlog": str(where), "commit": "unknown"}
     commit = git("rev-parse", "--short", "HEAD") or "unknown"
     dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
     return {"txlog": str(where), "commit": commit + ("-dirty" if dirty else "")}
