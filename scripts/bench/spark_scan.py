@@ -87,6 +87,12 @@ def plain_copy(url: str, topic: str, dest: Path) -> int:
     return rows
 
 
+def paired(of: dict[tuple[int, str], list[float]], pct: int, name: str) -> float:
+    """Median over rounds of parquet's time (or CPU) over the reader's, in that round."""
+    return C.median([C.ratio(a, b) for a, b in
+                     zip(of[(pct, "parquet")], of[(pct, name)], strict=True)])
+
+
 def main() -> None:
     def extra(p: Any) -> None:
         p.add_argument("--records", type=int, default=None,
@@ -95,7 +101,9 @@ def main() -> None:
 
     args = C.parse_args(__doc__.splitlines()[0], stores=False, extra=extra)
     records = args.records or C.pick(args.mode, 20_000, 200_000, 5_000_000)
-    rounds = args.rounds or C.pick(args.mode, 1, 3, 3)
+    # Five rounds in --small: with three, the Python source's ratio moved 0.83-1.42
+    # between runs of the same code (scans of 0.4-0.9 s).
+    rounds = args.rounds or C.pick(args.mode, 1, 5, 3)
     work = Path(tempfile.mkdtemp(prefix="txlog-spark-scan-"))
     try:
         run(args.mode, records, rounds, work)
@@ -122,8 +130,12 @@ def run(mode: str, records: int, rounds: int, work: Path) -> None:
         return (spark.read.format("txlog").option("path", url)
                 .option("topic", f"scan{pct}").option("isolation.level", isolation).load())
 
+    # Parquet's scan between the two goal readers' (Python source, JVM scan), in both
+    # orders (the order flips every round): each of their ratios is taken per round, of
+    # scans made back to back, so the machine's drift cancels (see ``paired``).
     variants = {
         "txlog_python": lambda pct: txlog_df(pct),
+        "parquet": lambda pct: spark.read.parquet(str(work / f"plain{pct}")),
         "txlog_native": lambda pct: spark_ext.read(spark, url, topic=f"scan{pct}",
                                                    engine="jvm"),
         "txlog_native_sql": lambda pct: spark_ext.read(spark, url, topic=f"scan{pct}",
@@ -132,7 +144,6 @@ def run(mode: str, records: int, rounds: int, work: Path) -> None:
         "txlog_native_stored_columns": lambda pct: spark_ext.read(
             spark, url, topic=f"scan{pct}", engine="jvm").select("key", "value", "timestamp",
                                                                  "headers"),
-        "parquet": lambda pct: spark.read.parquet(str(work / f"plain{pct}")),
         "txlog_python_uncommitted": lambda pct: txlog_df(pct, "read_uncommitted"),
     }
 
@@ -150,7 +161,8 @@ def run(mode: str, records: int, rounds: int, work: Path) -> None:
     cpus: dict[tuple[int, str], list[float]] = {}
     for r in range(rounds):
         for pct in topics:
-            for name, make in variants.items():
+            order = list(variants.items()) if r % 2 == 0 else list(variants.items())[::-1]
+            for name, make in order:
                 cpu0 = C.tree_cpu_seconds()
                 with C.Timer() as t:
                     make(pct).write.format("noop").mode("overwrite").save()
@@ -172,8 +184,9 @@ def run(mode: str, records: int, rounds: int, work: Path) -> None:
             rate[name] = n / sec
             res[name] = {"seconds": sec, "rows_per_s": n / sec, "all_seconds": times[(pct, name)],
                          "cpu_seconds": C.median(cpus[(pct, name)])}
-        py = C.ratio(rate["txlog_python"], rate["parquet"])
-        nat = C.ratio(rate["txlog_native"], rate["parquet"])
+        # The goal readers' ratios per round (read next to parquet's); the others' are
+        # ratios of the medians.
+        py, nat = paired(times, pct, "txlog_python"), paired(times, pct, "txlog_native")
         nat4 = C.ratio(rate["txlog_native_stored_columns"], rate["parquet"])
         nat_sql = C.ratio(rate["txlog_native_sql"], rate["parquet"])
         rc_ru = C.ratio(C.median(times[(pct, "txlog_python_uncommitted")]),
@@ -198,18 +211,23 @@ def run(mode: str, records: int, rounds: int, work: Path) -> None:
                       "measured": nat_sql, "target": None, "cmp": "info", "pass": None})
         # CPU seconds of the whole process tree move much less with the neighbours' load
         # than wall time does (wall-time ratios here spread by up to 30% between runs).
-        nat_cpu = C.ratio(res["parquet"]["cpu_seconds"], res["txlog_native"]["cpu_seconds"])
+        nat_cpu = paired(cpus, pct, "txlog_native")
         ratios[f"native_vs_parquet_cpu_{pct}pct"] = nat_cpu
         goals.append({"name": f"(info) spark_ext.read CPU efficiency vs spark.read.parquet "
                               f"(CPU s ratio), {pct}% aborted", "store": "local",
                       "measured": nat_cpu, "target": None, "cmp": "info", "pass": None})
         results[f"{pct}pct"] = res
+        vs = {"txlog_python": (py, paired(cpus, pct, "txlog_python")),
+              "txlog_native": (nat, nat_cpu)}
         for name in variants:
             rows.append([f"{pct}%", name, res[name]["seconds"], rate[name],
-                         C.ratio(rate[name], rate["parquet"]), res[name]["cpu_seconds"],
-                         C.ratio(res["parquet"]["cpu_seconds"], res[name]["cpu_seconds"])])
+                         vs.get(name, (C.ratio(rate[name], rate["parquet"]),))[0],
+                         res[name]["cpu_seconds"],
+                         vs.get(name, (0.0, C.ratio(res["parquet"]["cpu_seconds"],
+                                                    res[name]["cpu_seconds"])))[1]])
     C.print_table(f"Spark scan, {records:,} records x 2 topics, {PARTITIONS} partitions, "
-                  f"{VALUE_SIZE}-byte values, local[2], median of {rounds}",
+                  f"{VALUE_SIZE}-byte values, local[2], median of {rounds} (the Python source's "
+                  "and the JVM scan's ratios: medians of per-round ratios)",
                   ["aborted", "reader", "seconds", "rows/s", "vs parquet", "CPU s",
                    "CPU vs parquet"], rows)
     speeds = [f"{p}%: {C.fmt(ratios[f'rc_vs_ru_speed_{p}pct'])}" for p in topics]
