@@ -220,11 +220,11 @@ def run(mode: str, records: int, rounds: int, work: Path) -> None:
         vs = {"txlog_python": (py, paired(cpus, pct, "txlog_python")),
               "txlog_native": (nat, nat_cpu)}
         for name in variants:
-            rows.append([f"{pct}%", name, res[name]["seconds"], rate[name],
-                         vs.get(name, (C.ratio(rate[name], rate["parquet"]),))[0],
-                         res[name]["cpu_seconds"],
-                         vs.get(name, (0.0, C.ratio(res["parquet"]["cpu_seconds"],
-                                                    res[name]["cpu_seconds"])))[1]])
+            speed, cpu = vs.get(name, (C.ratio(rate[name], rate["parquet"]),
+                                       C.ratio(res["parquet"]["cpu_seconds"],
+                                               res[name]["cpu_seconds"])))
+            rows.append([f"{pct}%", name, res[name]["seconds"], rate[name], speed,
+                         res[name]["cpu_seconds"], cpu])
     C.print_table(f"Spark scan, {records:,} records x 2 topics, {PARTITIONS} partitions, "
                   f"{VALUE_SIZE}-byte values, local[2], median of {rounds} (the Python source's "
                   "and the JVM scan's ratios: medians of per-round ratios)",
