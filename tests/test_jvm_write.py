@@ -352,3 +352,23 @@ def test_foreach_batch_with_the_batch_id_as_version_is_exactly_once(spark: Any,
         q.stop()
     assert calls == [0, 1, 2]
     assert sorted(int(r.value) for r in consume(lg, "out")) == list(range(60))
+
+
+def test_rows_keep_their_order_across_files(spark: Any, tmp_path: Path) -> None:
+    """A small maxFileBytes closes each partition's file many times within a task (16
+    partitions): each partition still holds the Python engine's rows, in its order, and
+    every file's reported row count is the rows it holds (the consumer checks)."""
+    root = str(tmp_path / "lake")
+    lg = txlog.connect(root)
+    for t in ("jvm", "py"):
+        lg.create_topic(t, partitions=16)
+    df = spark.range(0, 40_000, numPartitions=2).selectExpr(
+        "concat('user-', id % 101) AS key", "concat(repeat('v', 40), id) AS value")
+    res = spark_ext.write(df, root, topic="jvm", engine="jvm", maxFileBytes="50000")
+    assert res is not None and res.rows == 40_000
+    assert spark_ext.write(df, root, topic="py", engine="python",
+                           maxFileBytes="50000") is None
+    jvm = consume(lg, "jvm")
+    assert len(jvm) == 40_000
+    assert by_partition(jvm) == by_partition(consume(lg, "py"))
+    assert res.files > 2 * 16  # files were closed mid-task
