@@ -207,6 +207,12 @@ def ratio(a: float, b: float) -> float:
     return a / b if b else float("nan")
 
 
+def paired_ratio(base: Sequence[float], other: Sequence[float]) -> float:
+    """Median over rounds of ``base``'s time (or CPU) over ``other``'s in the same round:
+    of runs made back to back, so the machine's drift over a run cancels in each."""
+    return median([ratio(b, o) for b, o in zip(base, other, strict=True)])
+
+
 class Timer:
     """``with Timer() as t: ...`` then ``t.elapsed`` (seconds, perf_counter)."""
 

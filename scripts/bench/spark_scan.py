@@ -88,9 +88,8 @@ def plain_copy(url: str, topic: str, dest: Path) -> int:
 
 
 def paired(of: dict[tuple[int, str], list[float]], pct: int, name: str) -> float:
-    """Median over rounds of parquet's time (or CPU) over the reader's, in that round."""
-    return C.median([C.ratio(a, b) for a, b in
-                     zip(of[(pct, "parquet")], of[(pct, name)], strict=True)])
+    """Parquet's time (or CPU) over the reader's, per round (C.paired_ratio)."""
+    return C.paired_ratio(of[(pct, "parquet")], of[(pct, name)])
 
 
 def main() -> None:

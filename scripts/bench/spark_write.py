@@ -196,8 +196,7 @@ def run(mode: str, records: int, rounds: int, work: Path) -> None:
     cpu = {n: C.median(cpus[n]) for n in variants}
 
     def per_round(name: str, of: dict[str, list[float]]) -> float:
-        """Median over rounds of parquet's time (or CPU) over the writer's in that round."""
-        return C.median([C.ratio(p, w) for p, w in zip(of["parquet"], of[name], strict=True)])
+        return C.paired_ratio(of["parquet"], of[name])
 
     # The JVM writers' ratios per round (written next to parquet's); the Python writer's
     # runs two writes away, so its ratio is of the medians.
