@@ -29,3 +29,4 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ "$installed" != "$h
   .venv/bin/python -m pip install --quiet -e ".[dev]"
   touch "$stamp"
 fi
+scripts/fetch-jars.sh
