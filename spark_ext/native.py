@@ -1,7 +1,7 @@
 """The native path (``spark_ext.read``): plan on the driver, scan without Python workers.
 
 A Python data source hands every row to the JVM through Arrow from a Python worker; on
-large scans that costs 1.4-1.8x against ``spark.read.parquet`` (DESIGN.md).  :func:`read`
+large scans that costs more than ``spark.read.parquet`` (docs/benchmarks.md).  :func:`read`
 hands the plan to txlog's JVM source (:mod:`spark_ext.jvm_scan`) when a JDK can build
 it.  Otherwise (``engine="sql"``) this module's SQL engine runs: batch objects are plain
 Parquet files without offset columns, so the same plan the Python source makes
@@ -149,8 +149,8 @@ MAX_EXPLICIT_FILES = 32
 #: files are picked with a ``_metadata.file_name`` filter.
 MAX_GLOB_FILES = 2_000
 #: Up to this many files, each row's slice is looked up (perfect hash, literal arrays);
-#: above it, the driver's hashing (~25 ms per 1,000 names) and the plan's literals grow
-#: past what a broadcast join costs.
+#: above it, the driver's hashing and the plan's literals grow past what a broadcast
+#: join costs.
 MAX_LOOKUP_FILES = 20_000
 _LISTING_THRESHOLD = "spark.sql.sources.parallelPartitionDiscovery.threshold"
 
@@ -161,8 +161,8 @@ def _scan(spark: SparkSession, store: ObjectStore, shape: OutputShape, keys: lis
     """The Parquet scan of the planned files, and the SQL condition on ``_metadata`` that
     picks them out of it when it cannot pick them itself.
 
-    Up to ``MAX_EXPLICIT_FILES`` files are named one by one (the driver looks each up:
-    0.3-0.5 s for 800 local files).  Up to ``MAX_GLOB_FILES``, their directories are listed
+    Up to ``MAX_EXPLICIT_FILES`` files are named one by one (the driver looks each
+    up).  Up to ``MAX_GLOB_FILES``, their directories are listed
     with a ``pathGlobFilter`` naming them, which costs nothing per row.  Above that the
     glob costs more than it saves (Spark's glob handling grows with pattern length times
     files listed) and the rows are picked by file name, at the cost of a struct per row.

@@ -25,8 +25,8 @@ _C1 = 0xCC9E2D51
 _C2 = 0x1B873593
 SEED = 42  # Spark's hash() seed
 
-#: Keys per slot, and per bucket on average.  Chosen by measurement: with 0.85 and 4,
-#: placing 800 names took 130 ms of tries; with these 20 ms, mostly hashing the names.
+#: Keys per slot, and per bucket on average.  Chosen by measurement: denser tables took
+#: several times as long to place the names (docs/benchmarks.md).
 LOAD_FACTOR = 0.7
 BUCKET_SIZE = 2
 #: Displacements tried per bucket before the whole table is rebuilt larger.
@@ -101,8 +101,8 @@ class PerfectHash:
 
 def sql_array(values: Sequence[int], element_type: str = "bigint") -> str:
     """Spark SQL for a constant array of integers.  Spark folds it into a literal once;
-    written as ``array(1, 2, ...)`` its parser takes 0.26 s for 1,100 elements, as a
-    split string 0.02 s."""
+    written as ``array(1, 2, ...)`` its parser takes ten times as long as for a split
+    string."""
     return f"cast(split('{','.join(str(int(v)) for v in values)}', ',') AS array<{element_type}>)"
 
 

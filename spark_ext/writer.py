@@ -2,7 +2,7 @@
 
 ``df.write.format("txlog").option("path", root).option("topic", t).mode("append").save()``
 
-How a write runs (Spark's Python data source API; DESIGN.md "Spark"):
+How a write runs (Spark's Python data source API; docs/design.md "Spark"):
 
 * The writer object is built once, in a Python worker on the driver side, when Spark plans
   the write.  Its ``__init__`` resolves the topic, checks the DataFrame's schema against it

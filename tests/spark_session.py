@@ -1,6 +1,6 @@
 """The shared local Spark session for tests (one per test run; see conftest's ``spark``).
 
-Workers must run this interpreter (DESIGN.md, known traps), and the machine is small:
+Workers must run this interpreter (else they fail to start), and the machine is small:
 local[2], two shuffle partitions, no UI.
 """
 

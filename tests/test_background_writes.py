@@ -228,7 +228,7 @@ def test_a_batch_sent_after_a_failure_does_not_join_a_doomed_write(
         log: txlog.Log, monkeypatch: pytest.MonkeyPatch, gates: list[UploadGate]) -> None:
     """Plain producer: a write queued before a failure was known fails with it; a full
     batch sent after that must not join such a write, still waiting for a writer, but
-    go on in a write of its own (review finding)."""
+    go on in a write of its own."""
     gate = UploadGate(monkeypatch, fail_prefix=b"lost")
     gates.append(gate)
     p = log.producer(batch_size=100, linger_ms=60_000)

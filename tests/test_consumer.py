@@ -250,7 +250,7 @@ def test_offset_range_grows_past_its_cache() -> None:
 def test_offset_range_survives_a_shorter_cache_swapped_in(monkeypatch: pytest.MonkeyPatch,
                                                           ) -> None:
     """Another thread may replace the shared cache with a shorter array between the length
-    check and the slice: the call must use the array it checked (review finding)."""
+    check and the slice: the call must use the array it checked."""
     from txlog import records
 
     class Swapping:

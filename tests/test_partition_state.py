@@ -1,6 +1,6 @@
 """Pure visibility planning (no I/O), checked against a simple reference model.
 
-The reference decides each record's fate straight from the definition in DESIGN.md:
+The reference decides each record's fate straight from the definition (docs/design.md):
 a transactional record of (pid, epoch) at offset o is committed/aborted by the first
 marker of (pid, epoch) after it, unless an entry of pid with a newer epoch comes first
 (then it is fenced), or a marker of pid with epoch >= its own precedes it (a zombie's late

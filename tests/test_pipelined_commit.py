@@ -267,7 +267,7 @@ def test_flush_on_another_thread_while_sends_queue(log: txlog.Log,
 
 def test_a_flush_waiting_on_another_thread_keeps_later_steps_in_order(
         log: txlog.Log, gates: list[Gate], monkeypatch: pytest.MonkeyPatch) -> None:
-    """The interleaving behind the review finding, step by step: thread B's flush() waits
+    """The interleaving behind this bug, step by step: thread B's flush() waits
     for the commit; the caller then queues a batch ("one") that is still being written
     when B's wait ends.  The caller's next batch ("two") must queue behind "one", not be
     written at once ahead of it."""

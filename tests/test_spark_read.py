@@ -1,4 +1,4 @@
-"""The Spark reader (issue 5): format("txlog") batch + streaming, and the native path.
+"""The Spark reader: format("txlog") batch + streaming, and the native path.
 
 Everything is compared with the Python consumer (auto_offset_reset="earliest"), which is
 the reference for what read_committed / read_uncommitted return.  One local[2] session

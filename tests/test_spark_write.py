@@ -1,4 +1,4 @@
-"""The Spark writer on a real local Spark session (issue 6).
+"""The Spark writer on a real local Spark session.
 
 In-process tests share the run's ``spark`` fixture.  Crash and retry tests need their own
 driver (a process to SIGKILL, or ``local[2,4]`` so that a task may fail and be retried):

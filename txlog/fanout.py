@@ -1,8 +1,8 @@
 """Independent requests side by side on one shared pool of threads.
 
 A commit fans out several times (loading partitions, appending staged objects, writing
-markers), and each fan-out used to start a pool of its own: about 20 ms of a 97 ms
-32-partition commit on S3 went to starting threads.  One pool lives for the process.
+markers), and starting a pool of threads per fan-out was a large part of a commit
+across many partitions.  One pool lives for the process.
 Fan-outs nest (an append that loses a race reads the partition's tail with a fan-out of
 its own), and a nested fan-out waiting for a full pool would wait forever; so the caller
 runs every task that no worker has started yet itself, and never waits for a task that

@@ -32,8 +32,7 @@ DEFAULT_CHECKPOINT_INTERVAL = 1000
 #: A cold open that replays at least this many entries leaves a checkpoint behind, so
 #: the next cold open (a Spark commit worker, a new consumer) does not replay them again:
 #: with checkpoints only every DEFAULT_CHECKPOINT_INTERVAL appends, every fresh process
-#: paid for the whole tail, and a 32-partition Spark commit on S3 grew by 60 requests
-#: (about 0.4 s) per commit before.
+#: paid for the whole tail, and each Spark commit cost more requests than the last.
 TAIL_CHECKPOINT = 16
 KEEP_CHECKPOINTS = 2
 
@@ -331,8 +330,8 @@ def encode_parquet(table: pa.Table) -> bytes:
     dictionary: bool | list[str] = True
     if "value" in table.column_names and has_kafka_fields(table.schema):
         dictionary = [c for c in table.column_names if c != "value"]
-    # Arrow's own buffer, not io.BytesIO: writing through a Python file object cost
-    # 2.5 ms instead of 0.9 for a 1 MB batch.
+    # Arrow's own buffer, not io.BytesIO: writing through a Python file object was
+    # several times slower (docs/benchmarks.md).
     buf = pa.BufferOutputStream()
     pq.write_table(table, buf, compression="snappy", write_statistics=False,
                    use_dictionary=dictionary)
@@ -341,7 +340,7 @@ def encode_parquet(table: pa.Table) -> bytes:
 
 def decode_parquet(raw: bytes, where: str, columns: Sequence[str] | None = None) -> pa.Table:
     # ParquetFile, not read_table: read_table builds a dataset per call, which doubled
-    # the time to decode a 6,250-row batch object (1.2-1.4 ms -> 0.55-0.7 ms).
+    # the time to decode a batch object.
     try:
         return pq.ParquetFile(pa.BufferReader(raw)).read(
             columns=list(columns) if columns else None)

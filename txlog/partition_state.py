@@ -4,7 +4,7 @@ No I/O here: :func:`PartitionState.apply` replays entries; the high watermark, t
 stable offset (LSO), the aborted ranges, producer (idempotence) state and the read plan
 are all functions of the replayed entries.
 
-Visibility rules (DESIGN.md, "Transactions"):
+Visibility rules (docs/design.md, "Reading"):
 
 * a transaction is identified by (producer id, epoch): the epoch is bumped at every
   transaction end, so each (pid, epoch) names exactly one transaction;

@@ -116,8 +116,7 @@ class RecordMetadata:
 class _Outcome:
     """What the futures of one batch wait for, shared by all of them: its base offset once
     written, or its error.  A batch resolves in one step, not once per record: setting
-    every future cost 0.1-0.2 us per record of GIL time on the committer, and a commit of
-    20,000 records waited 1.8 ms for its futures to be given their marker driver.  A
+    every future took GIL time on the committer per record, which a commit waited for.  A
     batch that joins an earlier one points there (``parent``), its records ``shift``
     places after that batch's first."""
 
@@ -201,7 +200,7 @@ class _PendingBatch:
         """Turn the records sent one at a time into a table, on the thread that closes
         the batch (a sender, the linger thread, a commit): building it on a writer
         thread made the writer wait for the GIL, which the sender holds, at every
-        pyarrow call, and the uploads fell behind (half a writer's time, profiled)."""
+        pyarrow call, and the uploads fell behind."""
         if self.rows:
             table, lo, hi = checked_kafka_batch(self.rows)
             self.add_table(table, (lo, hi, False))
@@ -376,11 +375,8 @@ MAX_UPLOADS = 2
 MAX_IN_FLIGHT = 3
 #: Uploads at once of the steps a queued commit waits for.  Its caller is blocked (or
 #: the commit is the oldest work), so they no longer compete with send() for the GIL,
-#: whose 5 ms hand-over kept the two writers behind while records were being sent
-#: (10-16 MB queued at each commit of the 100 ms benchmark).  Against two, interleaved,
-#: two runs: commit_transaction() on the local disk 26.3/27.5 -> 21.9/22.5 ms (p50) and
-#: txn/plain 0.865/0.944 -> 1.00/1.01; on SeaweedFS, which shares the CPUs, within the
-#: noise.  Eight measured as four.
+#: whose hand-over kept the two writers behind while records were being sent
+#: (measured in docs/benchmarks.md).
 DRAIN_UPLOADS = 4
 #: Why sends fail while close() runs (compared by identity: begin_transaction() refuses too).
 _CLOSING = "the producer is being closed"
@@ -388,10 +384,8 @@ _CLOSING = "the producer is being closed"
 MAX_QUEUED_STEPS = 16
 #: A queued batch that has not started uploading takes later batches of its partition
 #: up to this many ``batch.size``s: behind a backlog, one object and one entry carry
-#: several batches, as a Kafka produce request carries every batch ready for its broker.
-#: Against two, in interleaved runs: a plain producer's rate +5-17%, a transactional
-#: one's less or the same, commit_transaction() on SeaweedFS 19-21 instead of 30-38 ms
-#: (p50).
+#: several batches, as a Kafka produce request carries every batch ready for its broker
+#: (measured in docs/benchmarks.md).
 JOIN_BATCHES = 4
 
 
@@ -445,10 +439,9 @@ class Producer:
             cfg[key] = _coerce(key, v)
         self.batch_size = int(cfg["batch.size"])
         self.linger_ms = int(cfg["linger.ms"])
-        # Queued bytes before send() waits (see _backpressure).  32 MiB as in Kafka: in
-        # interleaved runs on SeaweedFS against the 8 MiB before, every producer was
-        # faster, the transactional ones most (+11-20%), and a blocking commit, which
-        # waits for what is queued, took 30 instead of 21 ms (p50).
+        # Queued bytes before send() waits (see _backpressure).  32 MiB as in Kafka:
+        # every producer is faster than with less, at the cost of a blocking commit
+        # waiting for more queued data (docs/benchmarks.md).
         self.buffer_memory = max(int(cfg["buffer.memory"]), 2 * self.batch_size)
         self.idempotent = bool(cfg["enable.idempotence"]) or transactional_id is not None
         self.timeout_ms = int(cfg["transaction.timeout.ms"])
@@ -1347,8 +1340,8 @@ class Producer:
              timestamp_ms: int | None = None) -> SendFuture:
         """Queue one record; returns a future whose offset is known after flush()."""
         # Called once per record: the common case avoids every call and allocation it
-        # can (profiled: a sum over an empty generator, a lock in Log.topic() and a
-        # new TopicPartition per record were a third of the producer's GIL time).
+        # can (a sum over an empty generator, a lock in Log.topic() and a new
+        # TopicPartition per record were a third of the producer's GIL time).
         if self.state is not self._sending_state:
             self._check_can_send()
         info = self._topic_info(topic)

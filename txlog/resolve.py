@@ -1,4 +1,4 @@
-"""Resolution instead of waiting: settle what holds a partition's LSO (DESIGN.md, liveness).
+"""Resolution instead of waiting: settle what holds a partition's LSO (no daemon needed).
 
 A transaction in Prepare* is rolled forward; one past its timeout is fenced and aborted; a
 zombie's batch whose transaction is already over gets an ABORT marker.  A transaction that

@@ -1,4 +1,4 @@
-"""Append throughput: txlog vs delta-rs on the same store, in the same run (issue 2).
+"""Append throughput: txlog vs delta-rs on the same store, in the same run.
 
 Appends batches of 1,000 records of 1 KB to one partition: txlog's (idempotent,
 non-transactional) producer ``send_batch`` + ``flush`` (one batch object plus one log

@@ -1,5 +1,5 @@
 """Reading: read_committed vs read_uncommitted over the same partition, and the time to
-open a partition with 100,000 batches (issue 4; goals from issue 9: read_committed at
+open a partition with 100,000 batches (goals: read_committed at
 least 0.97 of read_uncommitted, opening under one second on the local store).
 
 1. A partition of transactions (one batch of 1 KB records each, 1% or 30% of them
@@ -243,9 +243,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     # about 5% of its rate.  100 keeps it near 2%.
     txns = C.pick(args.mode, 6, 100, 200)
     records = C.pick(args.mode, 200, 1000, 1000)
-    # Single rounds of a 0.05-0.2 s read vary by +-15-30%: medians need many of them
-    # (with 25, the medians of unchanged code moved between 0.955 and 1.0 across runs;
-    # with 41, one run_all in four still had a row at 0.95 that measured 1.05 alone).
+    # Single rounds of a short read vary widely: medians need many of them (with fewer,
+    # the medians of unchanged code moved by several percent between runs).
     rounds = args.rounds or C.pick(args.mode, 1, 101, 101)
     size = 1024
     pcts = [1.0, 30.0]

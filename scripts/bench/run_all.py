@@ -1,4 +1,4 @@
-"""Run every benchmark under scripts/bench/ and write the report (issue 9).
+"""Run every benchmark under scripts/bench/ and write the report.
 
 Each benchmark runs as a subprocess with the chosen size (``--small``: CI-sized, the
 default; ``--full``; ``--tiny``: smoke), compares txlog with its baseline in the same run,

@@ -1,4 +1,4 @@
-"""Scale curves (issue 9): how commit and planning cost grow with
+"""Scale curves: how commit and planning cost grow with
 
 * partitions touched by one transaction (1 .. 256),
 * batches already in the partition (history: 0 .. 100,000),

@@ -1,5 +1,5 @@
-"""Small transactions: txlog commits/s vs delta-rs commits/s on the same store (issue 9
-goal: at least 1.5x).
+"""Small transactions: txlog commits/s vs delta-rs commits/s on the same store (goal:
+at least 1.5x).
 
 On S3 a further delta-rs side runs with ``AWS_UNSIGNED_PAYLOAD`` (an info row): txlog
 sends unsigned payloads over HTTPS and loopback, delta-rs signs them by default.

@@ -19,7 +19,7 @@ each as ``df.write.format("noop")`` (every column materialised, nothing written)
 rows/s, the ratios, and one JSON line.
 
     .venv/bin/python scripts/bench/spark_scan.py            # 200,000 records (--small)
-    .venv/bin/python scripts/bench/spark_scan.py --records 5000000   # the issue's figure
+    .venv/bin/python scripts/bench/spark_scan.py --records 5000000   # docs/benchmarks.md
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Cost of transactions: 1 KB records at full speed, committing every 100 ms, against the
-same producer without transactions, in the same run (issue 3; goal from issue 9: at least
+same producer without transactions, in the same run (goal: at least
 0.97 of non-transactional throughput).
 
 Both producers have the same configuration (``batch.size``, ``linger.ms``: the defaults
@@ -168,8 +168,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = C.parse_args(__doc__.splitlines()[0], argv=argv, extra=extra)
     if args.switch_interval_ms is not None:
         # How long a writer thread waits for the GIL after each I/O call while send() runs
-        # Python: with 1 ms the blocking commit's p50 halved (session 17; the ratio moved
-        # less than the run-to-run noise).  txlog itself never changes this process-wide
+        # Python (docs/benchmarks.md).  txlog itself never changes this process-wide
         # setting.
         sys.setswitchinterval(args.switch_interval_ms / 1000)
     # Segments of 1 s in --small too: a segment's end (the plain producer's flush, the

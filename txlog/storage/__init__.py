@@ -13,7 +13,7 @@ from txlog.storage.memory import MemoryStore
 
 __all__ = ["LocalStore", "MemoryStore", "ObjectStore", "RequestCounter", "check_key", "open_store"]
 
-# Backends whose create-only-if-absent is atomic (DESIGN.md, "The one atomic primitive").
+# Backends whose create-only-if-absent is atomic (docs/design.md, "The one atomic primitive").
 REMOTE_SCHEMES = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs", "abfs": "azure",
                   "abfss": "azure", "az": "azure"}
 

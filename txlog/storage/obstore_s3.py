@@ -1,10 +1,8 @@
 """S3 requests through obstore (Rust's object_store crate), the fast path of the s3 backend.
 
-Measured on SeaweedFS on 127.0.0.1 (2026-11-22, medians of 40): a conditional create of
-300 bytes took 2.2 ms through obstore against 7.3 ms through s3fs, a GET 1.4 ms against
-10.5 ms, a tail listing 2.1 ms against 16 ms, and a 1 MB PUT 17 ms against 24 ms.  A
-transaction is a chain of dependent conditional creates, so per-request overhead is its
-cost.  delta-rs talks to S3 through the same crate.
+A transaction is a chain of dependent conditional creates, so per-request overhead is its
+cost, and obstore's is a fraction of s3fs's (docs/benchmarks.md).  delta-rs talks to S3
+through the same crate.
 
 s3fs stays for everything obstore does not cover here: storage options that have no
 obstore equivalent (server-side encryption, requester pays, profiles, ...), AWS buckets
@@ -108,8 +106,7 @@ def payload_needs_no_signature(endpoint: str | None) -> bool:
     The AWS SDKs sign payloads only over plain HTTP, where the signature is what protects
     the body on the network; over HTTPS, TLS does.  A loopback endpoint never crosses a
     network either.  Skipping the hash saves a SHA-256 pass over every body on the client
-    and another on the server (which checks it): with both on one 2-core machine, a
-    blocking 1 MB transaction on SeaweedFS took 23 ms instead of 31 (p50)."""
+    and another on the server (which checks it), on the path of every transaction."""
     if not endpoint:
         return True  # AWS's own endpoints, over HTTPS
     url = urlsplit(str(endpoint))

@@ -53,8 +53,8 @@ _PROTOCOLS = {"s3": "s3", "gcs": "gcs", "azure": "abfs"}
 _INSTALL_HINT = {"s3": "s3fs", "gcs": "gcsfs", "azure": "adlfs"}
 
 # s3fs options that do not reach the botocore session: when only these are given, every
-# store of a process shares one AioSession (its parsed service models make a new client
-# cost ~20 ms instead of ~0.5 s; Spark builds a store per task).
+# store of a process shares one AioSession (its parsed service models make new clients
+# cheap; Spark builds a store per task).
 _S3_CLIENT_OPTIONS = frozenset({
     "anon", "endpoint_url", "key", "secret", "token", "use_ssl", "client_kwargs",
     "requester_pays", "default_block_size", "default_fill_cache", "default_cache_type",

@@ -14,7 +14,7 @@ import org.apache.hadoop.fs.permission.FsPermission;
  * Hadoop's local file system, as the JVM writer stages objects on a local store: without
  * Hadoop's native library, {@link RawLocalFileSystem} sets the permissions of every file
  * and folder it creates by starting a {@code chmod} process. That was one process per
- * staged object, 5-10 ms each: most of the difference between writing a topic of eight
+ * staged object: most of the difference between writing a topic of eight
  * partitions and one of a single partition. Here java.nio sets them, in this process.
  */
 public final class LocalFiles extends RawLocalFileSystem {
