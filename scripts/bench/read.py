@@ -239,8 +239,7 @@ def _extra_args(p: Any) -> None:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = C.parse_args(__doc__.splitlines()[0], argv=argv, extra=_extra_args)
     # Each read pays a fixed cost (listing, the first fetch) that read_committed spreads
-    # over fewer records; at 40 transactions (0.1 s reads) that alone cost the 30% row
-    # about 5% of its rate.  100 keeps it near 2%.
+    # over fewer records: enough transactions keep that share small.
     txns = C.pick(args.mode, 6, 100, 200)
     records = C.pick(args.mode, 200, 1000, 1000)
     # Single rounds of a short read vary widely: medians need many of them (with fewer,

@@ -100,8 +100,8 @@ def main() -> None:
 
     args = C.parse_args(__doc__.splitlines()[0], stores=False, extra=extra)
     records = args.records or C.pick(args.mode, 20_000, 200_000, 5_000_000)
-    # Five rounds in --small: with three, the Python source's ratio moved 0.83-1.42
-    # between runs of the same code (scans of 0.4-0.9 s).
+    # Five rounds in --small: with three, the Python source's ratio of the same code
+    # moved widely between runs (docs/benchmarks.md).
     rounds = args.rounds or C.pick(args.mode, 1, 5, 3)
     work = Path(tempfile.mkdtemp(prefix="txlog-spark-scan-"))
     try:
@@ -209,7 +209,7 @@ def run(mode: str, records: int, rounds: int, work: Path) -> None:
                               f"spark.read.parquet, {pct}% aborted", "store": "local",
                       "measured": nat_sql, "target": None, "cmp": "info", "pass": None})
         # CPU seconds of the whole process tree move much less with the neighbours' load
-        # than wall time does (wall-time ratios here spread by up to 30% between runs).
+        # than wall time does.
         nat_cpu = paired(cpus, pct, "txlog_native")
         ratios[f"native_vs_parquet_cpu_{pct}pct"] = nat_cpu
         goals.append({"name": f"(info) spark_ext.read CPU efficiency vs spark.read.parquet "

@@ -100,10 +100,8 @@ def main() -> None:
 
     args = C.parse_args(__doc__.splitlines()[0], stores=False, extra=extra)
     records = args.records or C.pick(args.mode, 50_000, 1_000_000, 5_000_000)
-    # Fifteen rounds in --small too: parquet's own CPU per 1M rows moved 1.3-2.3 s between
-    # runs, and a median of three followed it; in a run_all of seven, one writer's
-    # rounds still spread 0.44-0.96 s; with nine, the paired ratio still moved 0.86-0.96
-    # between runs of the same code.
+    # Fifteen rounds in --small too: with fewer, the paired ratio of the same code moved
+    # by a tenth between runs (docs/benchmarks.md).
     rounds = args.rounds or C.pick(args.mode, 1, 15, 9)
     work = Path(tempfile.mkdtemp(prefix="txlog-spark-write-"))
     try:

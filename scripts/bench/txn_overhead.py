@@ -172,12 +172,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         # setting.
         sys.setswitchinterval(args.switch_interval_ms / 1000)
     # Segments of 1 s in --small too: a segment's end (the plain producer's flush, the
-    # pipelined side's wait for its last decision) is paid once per segment, as a real
-    # producer pays it once per run, and was up to 6% of a 0.5 s segment (30 rounds,
-    # pipelined on the local disk: 0.965 with 0.5 s segments, 1.01 with 1 s).
+    # pipelined side's wait for its last decision) is paid once per segment, where a real
+    # producer pays it once per run: longer segments dilute it (docs/benchmarks.md).
     seconds = C.pick(args.mode, 0.3, 1.0, 1.0)
-    # Single rounds on S3 vary by +-5-12% (the server shares the two CPUs): 30 of them
-    # put the median within about 0.02.
+    # Single rounds on S3 vary (the server shares the machine's CPUs): the median of many
+    # is stable.
     rounds = args.rounds or C.pick(args.mode, 1, 30, 40)
     producer_config: dict[str, Any] = {}
     if args.linger_ms is not None:
