@@ -93,13 +93,32 @@ def test_nothing_cites_documents_outside_the_repository() -> None:
                        f"(point to docs/ instead): {citing}"
 
 
+def anchors(path: Path) -> set[str]:
+    """The anchors of a Markdown file's headings, spelled as GitHub makes them."""
+    out: set[str] = set()
+    in_code = False
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.lstrip().startswith("```"):
+            in_code = not in_code
+        elif not in_code and (m := re.match(r"#{1,6}\s+(.*?)\s*#*\s*$", line)):
+            slug = re.sub(r"[^\w\- ]", "", m.group(1).lower()).replace(" ", "-")
+            n, base = 1, slug
+            while slug in out:
+                slug, n = f"{base}-{n}", n + 1
+            out.add(slug)
+    return out
+
+
 @pytest.mark.parametrize("doc", markdown_files(), ids=lambda p: str(p.relative_to(REPO)))
 def test_local_links_resolve(doc: Path) -> None:
     broken = []
     for n, target in local_links(doc):
-        file_part = target.split("#", 1)[0]
-        if not (doc.parent / file_part).exists():
+        file_part, _, anchor = target.partition("#")
+        path = doc.parent / file_part
+        if not path.exists():
             broken.append(f"{doc.relative_to(REPO)}:{n}: {target}")
+        elif anchor and path.suffix == ".md" and anchor not in anchors(path):
+            broken.append(f"{doc.relative_to(REPO)}:{n}: {target} (no such heading)")
     assert not broken, "broken links:\n" + "\n".join(broken)
 
 
@@ -112,3 +131,5 @@ def test_link_checker_sees_links() -> None:
     assert LINK.findall("see [a](docs/x.md#y) and ![b](img/c.png)") == ["docs/x.md#y",
                                                                         "img/c.png"]
     assert COMMIT_HASH.findall("commit 13d10b9, offset 1048576, a cafe") == ["13d10b9"]
+    assert "the-commit-protocol-step-by-step" in anchors(sample)
+    assert "reading-read_committed-at-planning-time" in anchors(sample)
