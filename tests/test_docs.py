@@ -43,7 +43,7 @@ def repository_files() -> list[Path]:
 
 
 def markdown_files() -> list[Path]:
-    return [README, *sorted((REPO / "docs").rglob("*.md"))]
+    return [README, REPO / "CHANGELOG.md", *sorted((REPO / "docs").rglob("*.md"))]
 
 
 def local_links(path: Path) -> list[tuple[int, str]]:
