@@ -40,6 +40,13 @@ def test_account_splits_the_window_from_background_work() -> None:
     assert a.sequential_by_kind == {"put": 1, "put_if_absent": 1}
     assert a.background == {"put_if_absent": 2}
     assert a.total == 3
+    # From ``since``: an upload started before the call and still running counts, one
+    # that was over before the call does not.
+    early = [_r("put", -2.0, -1.5, "done"), _r("put", -0.5, 0.6, "running"),
+             _r("put_if_absent", 0.7, 1.5)]
+    b = account(early, 0.0, 2.0, since=-3.0)
+    assert b.requests == {"put": 1, "put_if_absent": 1}
+    assert [r.key for r in b.chain] == ["running", "k"]
 
 
 def test_wrapper_records_kind_key_and_calling_code() -> None:

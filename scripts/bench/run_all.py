@@ -4,10 +4,12 @@ Each benchmark runs as a subprocess with the chosen size (``--small``: CI-sized,
 default; ``--full``; ``--tiny``: smoke), compares txlog with its baseline in the same run,
 and prints one JSON line with a ``"bench"`` key; this script collects those lines and
 writes ``bench-results/report.json``, ``bench-results/report.md`` (goal / measured /
-pass-fail) and, when matplotlib is importable, ``bench-results/ratios.png``.
+pass-fail) and, when matplotlib is importable, ``bench-results/ratios.png`` and the
+curves (plots.py: latency, scale) into ``--plots`` (default: docs/benchmarks/, or the
+output directory for ``--tiny``).
 
     .venv/bin/python scripts/bench/run_all.py [--tiny|--small|--full] [--store local|s3|both]
-        [--only append,read,...] [--out bench-results]
+        [--only append,read,...] [--out bench-results] [--plots docs/benchmarks]
 """
 
 from __future__ import annotations
@@ -24,14 +26,16 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common as C
+import plots
 
 HERE = Path(__file__).resolve().parent
 # Benchmarks written with common.py: they take --store.
 OWN = ("append", "txn_overhead", "read", "small_txn", "scale")
 # Run order; any other script found under scripts/bench/ runs after these.
-ORDER = ("append", "txn_overhead", "small_txn", "read", "scale", "spark_scan", "spark_write")
+ORDER = ("append", "txn_overhead", "small_txn", "read", "scale", "latency", "spark_scan",
+         "spark_write")
 EXPECTED = ("spark_scan", "spark_write")  # written by others; noted when missing
-NOT_BENCHES = {"common", "run_all", "__init__"}
+NOT_BENCHES = {"common", "run_all", "plots", "__init__"}
 
 # Issue 9's goals, for benchmarks whose JSON carries no "goals" list of its own: the
 # measured ratio is looked up under these keys (first found wins).
@@ -233,6 +237,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         p.add_argument("--only", default=None, help="comma-separated benchmark names")
         p.add_argument("--out", default=str(C.REPO / "bench-results"),
                        help="output directory (default: bench-results/)")
+        p.add_argument("--plots", default=None,
+                       help="where the curves' PNG files go (default: docs/benchmarks/, "
+                            "or --out for --tiny)")
         p.add_argument("--timeout", type=float, default=None,
                        help="seconds per benchmark (default: 1800 small, 7200 full)")
 
@@ -266,13 +273,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     (out / "report.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
     write_markdown(out / "report.md", report)
     chart = write_chart(out / "ratios.png", goals)
+    plots_dir = Path(args.plots) if args.plots else (
+        out if args.mode == "tiny" else C.REPO / "docs" / "benchmarks")
+    curves = plots.draw([res for r in runs for res in r["results"]], plots_dir)
     C.progress(f"wrote {out / 'report.json'}, {out / 'report.md'}"
-               + (f", {out / 'ratios.png'}" if chart else " (no matplotlib: no chart)"))
+               + (f", {out / 'ratios.png'}" if chart else " (no matplotlib: no chart)")
+               + "".join(f", {p}" for p in curves))
     print()
     print((out / "report.md").read_text())
     failed = [r["name"] for r in runs if r.get("returncode") not in (0, None)]
     return C.emit_json("run_all", args.mode, goals=goals, failed=failed,
-                       report=str(out / "report.json"))
+                       report=str(out / "report.json"), plots=[str(p) for p in curves])
 
 
 if __name__ == "__main__":

@@ -69,7 +69,7 @@ def _site(depth: int) -> str:
             frames.append(f"{os.path.relpath(name, os.path.dirname(_PACKAGE))}:{f.f_lineno} "
                           f"{f.f_code.co_name}")
         f = f.f_back
-    return " < ".join(frames) or "(outside txlog)"
+    return " < ".join(frames)
 
 
 class TimelineStore(ObjectStore):
@@ -105,8 +105,9 @@ class TimelineStore(ObjectStore):
     # -- the record ------------------------------------------------------------------------
 
     def _call(self, kind: str, key: str, fn: Callable[..., _T], *args: Any) -> _T:
-        site = _site(3) if self.sites else ""
         thread = threading.current_thread().name
+        # A request from a pool's thread has no txlog frame above it: name the thread.
+        site = (_site(3) or f"(from thread {thread})") if self.sites else ""
         with self._lock:
             self._in_flight += 1
         start = time.monotonic()
@@ -216,16 +217,22 @@ class Account:
         return sum(self.requests.values())
 
 
-def account(requests: Iterable[Request], start: float, end: float,
-            until: float | None = None) -> Account:
-    """The cost of the operation that ran from ``start`` to ``end``: requests that
-    started in that window count, and the critical path is the chain among those that
-    also ended in it; requests that end after ``end`` and start before ``until`` (default:
-    ``end``) are its background work."""
+def account(requests: Iterable[Request], start: float, end: float, *,
+            until: float | None = None, since: float | None = None) -> Account:
+    """The cost of the operation that ran from ``start`` to ``end``.
+
+    Its requests are those that started in the window, and, with ``since`` (earlier
+    than ``start``), also those that started from ``since`` on and were still running
+    at ``start`` (background work the call had to wait for, such as a send's upload
+    under way when ``commit_transaction()`` was called).  The critical path is the
+    chain among them that ended by ``end``; requests that end after ``end`` and start
+    before ``until`` (default: ``end``) are background work left running.
+    """
+    first = start if since is None else min(since, start)
     stop = end if until is None else until
-    inside = [r for r in requests if start <= r.start <= end]
+    inside = [r for r in requests if first <= r.start <= end and r.end >= start]
     done = [r for r in inside if r.end <= end]
-    later = [r for r in requests if start <= r.start <= stop and r.end > end]
+    later = [r for r in requests if first <= r.start <= stop and r.end > end]
     chain = critical_chain(done)
     return Account(requests=dict(Counter(r.kind for r in inside)),
                    sequential=len(chain),

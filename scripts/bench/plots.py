@@ -1,0 +1,134 @@
+"""Charts of the benchmarks' curves, as PNG files (matplotlib, from the dev extras).
+
+``run_all.py`` calls :func:`draw` with its collected results: the latency benchmark gives
+``latency.png`` (commit latency in request times against partitions touched, and each
+operation's p50 against its goal), the scale benchmark one ``scale-<dimension>.png`` per
+curve it measured.  Without matplotlib nothing is drawn and :func:`draw` returns ``[]``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+
+def _pyplot() -> Any:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    return plt
+
+
+def line_chart(path: Path, *, title: str, xlabel: str, ylabel: str,
+               series: Mapping[str, Sequence[Sequence[Any]]],
+               goals: Sequence[tuple[float, float, str]] = (), logx: bool = False) -> bool:
+    """One chart of ``series`` (name -> [(x, y), ...]); ``goals`` are (x, y, label)
+    points drawn as black bars.  False when matplotlib is missing or nothing to draw."""
+    plt = _pyplot()
+    drawn = {k: [(x, y) for x, y in v if y is not None] for k, v in series.items()}
+    if plt is None or not any(drawn.values()):
+        return False
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    _lines(ax, drawn, goals)
+    ax.set_title(title, fontsize=10)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if logx:
+        ax.set_xscale("symlog", linthresh=1)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def _lines(ax: Any, series: dict[str, list[tuple[float, float]]],
+           goals: Sequence[tuple[float, float, str]]) -> None:
+    for name, pts in series.items():
+        if pts:
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=name)
+    for i, (x, y, label) in enumerate(goals):
+        ax.scatter([x], [y], marker="_", s=500, color="black", zorder=3,
+                   label="goal" if i == 0 else None)
+        ax.annotate(label, (x, y), textcoords="offset points", xytext=(6, 4), fontsize=7)
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+
+
+def latency_chart(result: dict[str, Any], path: Path) -> bool:
+    """Commit p50/p99 in request times against partitions touched, beside each
+    operation's p50 (bars) with the issue's goals."""
+    plt = _pyplot()
+    curves = result.get("curves") or {}
+    p50 = [tuple(p) for p in curves.get("commit_p50_rt_by_partitions") or []]
+    if plt is None or not p50:
+        return False
+    p99 = [tuple(p) for p in curves.get("commit_p99_rt_by_partitions") or []]
+    seq = [tuple(p) for p in curves.get("commit_sequential_by_partitions") or []]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    _lines(left, {"commit p50": p50, "commit p99": p99, "sequential requests (p50)": seq},
+           [(1, 2.0, "<= 2"), (8, 2.5, "<= 2.5")])
+    left.set_xlabel("partitions touched by the transaction")
+    left.set_ylabel("request times")
+    left.set_title("commit_transaction() at object-store latency", fontsize=10)
+    res = result.get("results") or {}
+    names = [k for k in ("init_new", "init_restart", "first_send", "commit_after_flush",
+                         "idle_poll", "fresh_poll", "end_to_end") if k in res]
+    values = [res[k].get("p50_rt") or 0.0 for k in names]
+    right.bar(range(len(names)), values, color="tab:blue")
+    if "end_to_end" in names:
+        right.scatter([names.index("end_to_end")], [6.0], marker="_", s=500, color="black",
+                      zorder=3, label="goal")
+        right.legend(fontsize=8)
+    right.set_xticks(list(range(len(names))))
+    right.set_xticklabels([n.replace("_", " ") for n in names], rotation=30, ha="right",
+                          fontsize=8)
+    right.set_ylabel("p50, request times")
+    rt = result.get("request_time_ms")
+    model = result.get("model") or {}
+    right.set_title(f"operations (request time {rt} ms: {model.get('delay_ms')} ms added)",
+                    fontsize=10)
+    right.grid(alpha=0.3, axis="y")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+_SCALE_LABELS = {"partitions": "partitions touched", "history": "batches in the partition",
+                 "open": "other open transactions", "size": "records per transaction"}
+
+
+def scale_charts(result: dict[str, Any], out: Path) -> list[Path]:
+    """Commit time against each scale dimension, one line per store."""
+    made = []
+    for dim, per_store in (result.get("results") or {}).items():
+        if not isinstance(per_store, dict):
+            continue
+        series = {f"{store} commit ms": [(p["x"], p.get("commit_ms")) for p in pts]
+                  for store, pts in per_store.items() if isinstance(pts, list)}
+        path = out / f"scale-{dim}.png"
+        if line_chart(path, title=f"commit_transaction() against "
+                      f"{_SCALE_LABELS.get(dim, dim)}", xlabel=_SCALE_LABELS.get(dim, dim),
+                      ylabel="ms (median)", series=series,
+                      logx=dim in ("partitions", "history", "size")):
+            made.append(path)
+    return made
+
+
+def draw(results: Sequence[dict[str, Any]], out: Path) -> list[Path]:
+    """Every chart the benchmarks' JSON results allow; the paths written."""
+    made: list[Path] = []
+    for res in results:
+        if res.get("bench") == "latency" and latency_chart(res, out / "latency.png"):
+            made.append(out / "latency.png")
+        elif res.get("bench") == "scale":
+            made += scale_charts(res, out)
+    return made

