@@ -43,7 +43,7 @@ _SKIP = (os.path.join(_PACKAGE, "storage") + os.sep, os.path.join(_PACKAGE, "tes
 @dataclass(frozen=True)
 class Request:
     """One store request: ``start``/``end`` from ``time.monotonic()`` (seconds);
-    ``site`` names the innermost txlog frames that made it (``producer.py:1234 fn <
+    ``site`` names the innermost txlog frames (up to five) that made it (``producer.py:1234 fn <
     ...``), outside the storage layer."""
 
     kind: str
@@ -60,10 +60,10 @@ class Request:
 
 
 def _site(depth: int) -> str:
-    """The txlog frames (at most three) that called into the store."""
+    """The txlog frames (at most five) that called into the store."""
     frames: list[str] = []
     f: Any = sys._getframe(depth)
-    while f is not None and len(frames) < 3:
+    while f is not None and len(frames) < 5:
         name = f.f_code.co_filename
         if name.startswith(_PACKAGE) and not name.startswith(_SKIP):
             frames.append(f"{os.path.relpath(name, os.path.dirname(_PACKAGE))}:{f.f_lineno} "
