@@ -63,8 +63,11 @@ def test_every_request_waits_the_delay_its_model_draws(seaweed: Any, proxied: An
         assert client_side.duration >= r.delay_ms / 1000  # and the caller waited for it
 
 
-def test_conditional_create_through_the_proxy_stays_atomic(seaweed: Any, proxied: Any) -> None:
+@pytest.mark.parametrize("client", ["obstore", "s3fs"])
+def test_conditional_create_through_the_proxy_stays_atomic(seaweed: Any, proxied: Any,
+                                                           client: str) -> None:
     proxy, opts = proxied
+    opts = dict(opts, txlog_client=client)  # both S3 clients txlog uses, through the proxy
     url = seaweed.fresh_url("cas")
     first = open_store(url, opts)
     assert first.put_if_absent("k", b"writer one")
