@@ -1,7 +1,8 @@
-"""Smoke test of the latency benchmark (scripts/bench/latency.py) through run_all.py: in
+"""Smoke tests of the latency benchmark (scripts/bench/latency.py) through run_all.py: in
 its tiniest mode, against SeaweedFS behind the latency proxy, it must report every
 operation's requests and sequential round trips, the issue's goals as rows, the consumer
-process's idle-poll cost, and draw the latency chart.  No timing is asserted."""
+process's idle-poll cost, and draw the latency chart; run_all draws the scale curves too.
+No timing is asserted."""
 
 from __future__ import annotations
 
@@ -18,9 +19,10 @@ REPO = Path(__file__).resolve().parents[1]
 OPERATIONS = ("commit_1", "commit_8", "init_new", "init_restart", "first_send",
               "commit_after_flush", "idle_poll", "fresh_poll")
 
-pytestmark = [pytest.mark.slow, pytest.mark.s3]
+pytestmark = pytest.mark.slow
 
 
+@pytest.mark.s3
 def test_latency_benchmark_reports_requests_per_operation(tmp_path: Path) -> None:
     weed = Path(sys.executable).parent / "weed"
     if not weed.exists():
@@ -60,3 +62,19 @@ def test_latency_benchmark_reports_requests_per_operation(tmp_path: Path) -> Non
     assert "commit p50, 1 partition (request times)" in md
     if importlib.util.find_spec("matplotlib") is not None:
         assert (tmp_path / "latency.png").stat().st_size > 0
+
+
+def test_run_all_draws_the_scale_curves(tmp_path: Path) -> None:
+    if importlib.util.find_spec("matplotlib") is None:
+        pytest.skip("matplotlib is not installed (dev extras)")
+    out = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "bench" / "run_all.py"), "--tiny", "--quiet",
+         "--store", "local", "--only", "scale", "--out", str(tmp_path)],
+        cwd=REPO, env=dict(os.environ, PYTHONUNBUFFERED="1"), capture_output=True,
+        text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    last = json.loads(out.stdout.strip().splitlines()[-1])
+    drawn = sorted(Path(p).name for p in last["plots"])
+    assert drawn == ["scale-history.png", "scale-open.png", "scale-partitions.png",
+                     "scale-size.png"]
+    assert all((tmp_path / name).stat().st_size > 0 for name in drawn)

@@ -39,7 +39,11 @@ def line_chart(path: Path, *, title: str, xlabel: str, ylabel: str,
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     if logx:
-        ax.set_xscale("symlog", linthresh=1)
+        if min(x for pts in drawn.values() for x, _ in pts) > 0:
+            ax.set_xscale("log")
+        else:  # a curve from 0 (no history, no other transaction)
+            ax.set_xscale("symlog", linthresh=1)
+            ax.set_xlim(left=0)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
