@@ -40,6 +40,7 @@ def test_account_splits_the_window_from_background_work() -> None:
     assert a.sequential_by_kind == {"put": 1, "put_if_absent": 1}
     assert a.background == {"put_if_absent": 2}
     assert a.total == 3
+    assert [r.kind for r in a.all] == ["put", "put_if_absent", "put_if_absent"]
     # From ``since``: an upload started before the call and still running counts, one
     # that was over before the call does not.
     early = [_r("put", -2.0, -1.5, "done"), _r("put", -0.5, 0.6, "running"),

@@ -42,6 +42,8 @@ from typing import Any
 
 import common as C
 
+import txlog
+from txlog.storage import open_store
 from txlog.testing.latency_proxy import LatencyModel, start_proxy_process
 from txlog.testing.timeline import Account, TimelineStore, account, describe_chain, mean_counts
 
@@ -61,16 +63,12 @@ class Bench:
     """One run: the proxied store's options, the probe, and the results collected."""
 
     def __init__(self, base: str, options: dict[str, Any]) -> None:
-        import txlog
-        from txlog.storage import open_store
-
         self.base = base.rstrip("/")
         self.options = options
         self.probe_store = open_store(f"{self.base}/probe", options)
         self.probe_store.put("probe", b"p" * 64)
         self.probe_store.get("probe")  # the connection is set up outside the timings
         self.probes: list[float] = []
-        self._txlog = txlog
 
     def probe(self) -> None:
         t0 = time.monotonic()
@@ -83,7 +81,7 @@ class Bench:
         return C.median(self.probes)
 
     def connect(self, name: str) -> tuple[Any, TimelineStore]:
-        log = self._txlog.connect(f"{self.base}/{name}", self.options)
+        log = txlog.connect(f"{self.base}/{name}", self.options)
         timeline = TimelineStore(log.store)
         log.store = timeline  # before any use: partition logs keep the store they got
         return log, timeline
@@ -127,6 +125,9 @@ class Op:
             "sequential_by_kind": mean_counts([a.sequential_by_kind for a in self.accounts]),
             "background": mean_counts([a.background for a in self.accounts]),
             "timeline": describe_chain(self.accounts[mid].chain, self.origins[mid], rt)
+            if mid is not None and rt else [],
+            # Every request of that sample, the chain's and those beside it.
+            "all_requests": describe_chain(self.accounts[mid].all, self.origins[mid], rt)
             if mid is not None and rt else [],
         }
 
@@ -205,7 +206,7 @@ def measure_polls(b: Bench, n: int) -> tuple[Op, Op]:
     log.create_topic("t", 1)
     clog, ctl = b.connect("poll")  # the consumer is another client: its own caches
     consumer = clog.consumer()
-    consumer.assign([b._txlog.TopicPartition("t", 0)])
+    consumer.assign([txlog.TopicPartition("t", 0)])
     consumer.poll(timeout_ms=0)
     p = log.producer(transactional_id="poll")
     p.init_transactions()
@@ -288,8 +289,6 @@ def _read_line(proc: subprocess.Popen[str], timeout: float) -> str:
 def consumer_child(url: str, options: dict[str, Any]) -> None:
     """The end-to-end consumer: polls back to back, prints ``value seen_at`` per record
     and, on SIGINT, the requests its idle polls made."""
-    import txlog
-
     log = txlog.connect(url, options)
     consumer = log.consumer()
     consumer.assign([txlog.TopicPartition("t", 0)])

@@ -211,6 +211,8 @@ class Account:
     sequential_by_kind: dict[str, int] = field(default_factory=dict)
     chain: list[Request] = field(default_factory=list)
     background: dict[str, int] = field(default_factory=dict)
+    #: Every request counted in ``requests``, in order of start.
+    all: list[Request] = field(default_factory=list)
 
     @property
     def total(self) -> int:
@@ -237,7 +239,8 @@ def account(requests: Iterable[Request], start: float, end: float, *,
     return Account(requests=dict(Counter(r.kind for r in inside)),
                    sequential=len(chain),
                    sequential_by_kind=dict(Counter(r.kind for r in chain)),
-                   chain=chain, background=dict(Counter(r.kind for r in later)))
+                   chain=chain, background=dict(Counter(r.kind for r in later)),
+                   all=sorted(inside, key=lambda r: r.start))
 
 
 def mean_counts(counts: Sequence[dict[str, int]]) -> dict[str, float]:
@@ -249,7 +252,7 @@ def mean_counts(counts: Sequence[dict[str, int]]) -> dict[str, float]:
 
 
 def describe_chain(chain: Sequence[Request], origin: float, unit: float) -> list[str]:
-    """One line per step of a chain: start and end in request times from ``origin``,
-    kind, key and the code that made the request."""
+    """One line per request (of a chain, or any list): start and end in request times
+    from ``origin``, kind, key and the code that made the request."""
     return [f"{(r.start - origin) / unit:5.2f}-{(r.end - origin) / unit:5.2f}  "
             f"{r.kind:<13} {r.key}  [{r.site}]" for r in chain]
