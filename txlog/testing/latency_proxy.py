@@ -152,6 +152,13 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         pass
 
+    def finish(self) -> None:
+        # The client's connection is over: so is the upstream one kept for it.
+        if self._upstream is not None:
+            self._upstream.close()
+            self._upstream = None
+        super().finish()
+
     def do_GET(self) -> None:
         if self.path == STATS_PATH:
             self._answer_stats()
