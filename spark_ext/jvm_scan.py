@@ -29,6 +29,8 @@ import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from spark_ext import hadoop_conf
+from spark_ext.hadoop_conf import HadoopLocation
 from spark_ext.read_plan import BatchPlan, FileSlice
 
 if TYPE_CHECKING:
@@ -174,12 +176,13 @@ def _loaded_build(jvm: Any) -> str | None:
         return None
 
 
-def plan_lines(plan: BatchPlan, groups: list[list[FileSlice]], store: ObjectStore) -> str:
-    """The plan as the provider's ``txlog.plan`` option (see PlannedScanProvider)."""
+def plan_lines(plan: BatchPlan, groups: list[list[FileSlice]], where: HadoopLocation) -> str:
+    """The plan as the provider's ``txlog.plan`` option (see PlannedScanProvider), with
+    the objects' Hadoop URLs."""
     lines = []
     for g, group in enumerate(groups):
         for s in group:
-            path = store.full_path(s.key)
+            path = where.path(s.key)
             if "\t" in path or "\n" in path or "\t" in s.topic or "\n" in s.topic:
                 raise JvmScanUnavailable(f"object {path!r} has a tab or newline in its name")
             lines.append(f"{g}\t{path}\t{s.topic}\t{s.partition}\t{s.base_offset}\t{s.skip}\t"
@@ -199,7 +202,7 @@ def plan_to_dataframe(spark: SparkSession, store: ObjectStore, plan: BatchPlan,
               .option("txlog.kind", "kafka" if shape.kafka_shaped else "typed")
               .option("txlog.batchSize", str(batch))
               .option("txlog.failOnDataLoss", str(fail_on_data_loss).lower())
-              .option("txlog.plan", plan_lines(plan, groups, store)))
+              .option("txlog.plan", plan_lines(plan, groups, hadoop_conf.prepare(spark, store))))
     return reader.load()
 
 

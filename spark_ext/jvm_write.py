@@ -23,7 +23,7 @@ import logging
 import re
 from typing import TYPE_CHECKING, Any
 
-from spark_ext import jvm_scan
+from spark_ext import hadoop_conf, jvm_scan
 from spark_ext.native import _warn_once, check_spark_can_open
 from spark_ext.options import PLAN_LOCK, cached_log_for, options_from_kwargs
 from spark_ext.staging import READER_ONLY_COLUMNS, ROUTING_COLUMNS, StagedFile
@@ -67,7 +67,8 @@ def write(df: DataFrame, path: str | None = None, options: dict[str, Any] | None
     why = None if engine == "python" else _unsupported(df, wo, lg)
     if why is None and engine != "python":
         try:
-            check_spark_can_open(df.sparkSession, lg.store.full_path("x"),
+            where = hadoop_conf.prepare(df.sparkSession, lg.store)
+            check_spark_can_open(df.sparkSession, where.path("x"),
                                  who="spark_ext.write writes",
                                  instead="write with format('txlog'), which writes")
         except ConfigError as exc:
@@ -148,8 +149,8 @@ def _write_jvm(df: DataFrame, wo: WriteOptions, lg: Log) -> CommitResult:
         "txlog.topic": wo.topic,
         "txlog.partitions": str(info.partitions),
         "txlog.staging": txn,
-        # full_path() takes object keys: the folder's URL is its first object's, cut.
-        "txlog.prefixUrl": lg.store.full_path(prefix + "x")[:-1],
+        # The folder's Hadoop URL (s3a:// for an S3 root, its settings applied).
+        "txlog.prefixUrl": hadoop_conf.prepare(df.sparkSession, lg.store).path(prefix),
         "txlog.prefixKey": prefix,
         "txlog.partitioner": wo.partitioner,
         "txlog.fileBytes": str(wo.file_bytes),

@@ -31,7 +31,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from spark_ext import perfect_hash
+from spark_ext import hadoop_conf, perfect_hash
 from spark_ext.options import PLAN_LOCK, options_from_kwargs, parse_read_options
 from spark_ext.read_plan import BatchPlan, FileSlice, OutputShape, cached_log, plan_batch
 from txlog.errors import ConfigError
@@ -92,7 +92,8 @@ def read(spark: SparkSession, path: str | None = None, options: dict[str, Any] |
     with PLAN_LOCK:
         plan = plan_batch(ro, log)
     if plan.slices:
-        check_spark_can_open(spark, log.store.full_path(plan.slices[0].key))
+        where = hadoop_conf.prepare(spark, log.store)
+        check_spark_can_open(spark, where.path(plan.slices[0].key))
     if engine != "sql" and plan.slices:
         from spark_ext import jvm_scan
 
@@ -124,12 +125,19 @@ def check_spark_can_open(spark: SparkSession, url: str, *, who: str = "spark_ext
     try:
         jvm.org.apache.hadoop.fs.FileSystem.getFileSystemClass(scheme, conf)
     except Exception as exc:
-        cause = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+        try:  # py4j's error: the Java exception's own message, not its stack trace
+            cause = str(exc.java_exception.toString())  # type: ignore[attr-defined]
+        except Exception:
+            cause = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+        try:
+            version: str | None = str(jvm.org.apache.hadoop.util.VersionInfo.getVersion())
+        except Exception:
+            version = None
+        hint = hadoop_conf.missing_filesystem_hint(scheme, version)
         raise ConfigError(
             f"{who} the batch objects with Spark's own Hadoop filesystems, "
-            f"and this Spark has none for {scheme}:// ({cause[:200]}). Add the connector "
-            "(hadoop-aws for s3a://, gcs-connector for gs://, hadoop-azure for abfss://) and "
-            f"its credentials to Spark, or {instead} through txlog's own store.") from None
+            f"and this Spark has none for {scheme}:// ({cause[:200]}). To use them, {hint}; "
+            f"or {instead} through txlog's own store.") from None
 
 
 _WARNED: set[str] = set()
@@ -174,12 +182,13 @@ def _scan(spark: SparkSession, store: ObjectStore, shape: OutputShape, keys: lis
         raise StorageError(
             f"batch object {hidden[0]!r} has a name Spark's file reader ignores (it starts "
             "with '_' or '.'); read with format('txlog') instead of spark_ext.read")
+    where = hadoop_conf.prepare(spark, store)
     reader = spark.read.schema(stored_spark_schema(shape))
     if not fail_on_data_loss:  # objects deleted since planning are skipped, as elsewhere
         reader = reader.option("ignoreMissingFiles", "true")
     if len(keys) <= MAX_EXPLICIT_FILES:
-        return _parquet(spark, reader, [store.full_path(k) for k in keys]), None
-    dirs = [store.full_path(d) for d in sorted({k.rsplit("/", 1)[0] for k in keys})]
+        return _parquet(spark, reader, [where.path(k) for k in keys]), None
+    dirs = [where.path(d) for d in sorted({k.rsplit("/", 1)[0] for k in keys})]
     if len(keys) <= MAX_GLOB_FILES:
         glob = glob_of(k.rsplit("/", 1)[-1] for k in keys)
         return _parquet(spark, reader.option("pathGlobFilter", glob), dirs), None

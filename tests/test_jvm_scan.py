@@ -336,7 +336,7 @@ def test_a_store_spark_cannot_open_is_refused_at_read(spark: Any, seaweed: Any) 
     p.send("s", b"v")
     p.flush()
     for engine in ("jvm", "sql"):
-        with pytest.raises(ConfigError, match=r"has none for s3://.*hadoop-aws.*format\('txlog'\)"):
+        with pytest.raises(ConfigError, match=r"has none for s3a://.*hadoop-aws.*format\('txlog'\)"):
             spark_ext.read(spark, url, topic="s", storage_options=seaweed.storage_options,
                            engine=engine)
     df = (spark.read.format("txlog").option("path", url).option("topic", "s")

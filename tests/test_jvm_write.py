@@ -314,7 +314,7 @@ def test_a_store_spark_cannot_open_goes_through_format_txlog(spark: Any, seaweed
     lg = txlog.connect(url, seaweed.storage_options)
     lg.create_topic("s", partitions=2)
     df = spark.range(0, 20, numPartitions=2).selectExpr("cast(id AS string) AS value")
-    with pytest.raises(ConfigError, match=r"spark_ext.write writes .* has none for s3://.*"
+    with pytest.raises(ConfigError, match=r"spark_ext.write writes .* has none for s3a://.*"
                                           r"hadoop-aws.*write with format\('txlog'\)"):
         spark_ext.write(df, url, topic="s", engine="jvm",
                         storage_options=seaweed.storage_options)

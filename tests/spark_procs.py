@@ -1,0 +1,157 @@
+"""Spark as separate processes for the tests: ``spark-submit`` jobs, a standalone
+cluster (one master, two workers) and a Spark Connect server, all from pyspark's own
+scripts, bound to 127.0.0.1, each in its own process group and stopped by its pid
+(SIGTERM, then SIGKILL) whatever the test did.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from storage_servers import HOST, _log_tail, _stop_process_group, free_ports
+
+REPO = Path(__file__).resolve().parent.parent
+JOB = Path(__file__).resolve().parent / "spark_job.py"
+START_TIMEOUT = 180.0  # JVMs start slowly on a loaded 2-core machine
+JOB_TIMEOUT = 420.0
+CONNECT_SERVER = "org.apache.spark.sql.connect.service.SparkConnectServer"
+
+
+def spark_home() -> Path:
+    import pyspark
+
+    return Path(pyspark.__file__).resolve().parent
+
+
+def s3a_jars() -> list[Path]:
+    """hadoop-aws and its AWS SDK, fetched into .jars/ at set-up (scripts/jars.txt)."""
+    names = ("hadoop-aws-", "bundle-", "analyticsaccelerator-s3-")
+    return sorted(p for p in (REPO / ".jars").glob("*.jar") if p.name.startswith(names))
+
+
+def env() -> dict[str, str]:
+    """The environment of every Spark process: this interpreter for Python (driver and
+    workers), pyspark's own Spark, everything bound to loopback."""
+    return dict(os.environ, SPARK_HOME=str(spark_home()), PYSPARK_PYTHON=sys.executable,
+                PYSPARK_DRIVER_PYTHON=sys.executable, SPARK_LOCAL_IP=HOST,
+                SPARK_DAEMON_MEMORY="256m", PYTHONUNBUFFERED="1")
+
+
+LOOPBACK = ["--conf", f"spark.driver.host={HOST}", "--conf", f"spark.driver.bindAddress={HOST}",
+            "--conf", "spark.ui.enabled=false", "--conf", "spark.ui.showConsoleProgress=false",
+            "--conf", "spark.driver.memory=512m",
+            "--conf", f"spark.pyspark.python={sys.executable}",
+            "--conf", "spark.python.authenticate.socketTimeout=120s"]
+
+
+def _start(cmd: list[str], log: Path) -> subprocess.Popen[bytes]:
+    with open(log, "wb") as out:
+        return subprocess.Popen(cmd, env=env(), stdin=subprocess.DEVNULL, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def submit(args: list[str], workdir: Path, *, name: str = "job") -> dict[str, Any]:
+    """Run ``spark-submit ARGS`` and return the job's ``RESULT`` (AssertionError with the
+    log's tail when it fails)."""
+    cmd = [str(spark_home() / "bin" / "spark-submit"), *LOOPBACK, *args]
+    log = workdir / f"{name}.log"
+    proc = _start(cmd, log)
+    try:
+        code = proc.wait(timeout=JOB_TIMEOUT)
+    finally:
+        _stop_process_group(proc)
+    lines = log.read_text(errors="replace").splitlines()
+    results = [line[len("RESULT "):] for line in lines if line.startswith("RESULT ")]
+    assert code == 0 and results, f"spark-submit exited {code}:\n{_log_tail(log, 60)}"
+    return json.loads(results[-1])  # type: ignore[no-any-return]
+
+
+def _wait(ready: Any, procs: list[subprocess.Popen[bytes]], logs: list[Path],
+          what: str) -> None:
+    """Poll ``ready()`` until true; fail early when a process has exited."""
+    deadline = time.monotonic() + START_TIMEOUT
+    while not ready():
+        for p, log in zip(procs, logs, strict=True):
+            if p.poll() is not None:
+                raise RuntimeError(f"{what}: {p.args[:3]} exited {p.returncode}:\n"
+                                   + _log_tail(log))
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} not ready:\n" + "\n".join(_log_tail(x) for x in logs))
+        time.sleep(0.2)  # polling interval of a bounded readiness loop
+
+
+@dataclass
+class Cluster:
+    """A standalone master (``url``) with two one-core workers."""
+
+    url: str
+    web: str
+
+
+@contextlib.contextmanager
+def standalone(workdir: Path) -> Iterator[Cluster]:
+    """A master and two workers from ``spark-class``, stopped by pid on exit."""
+    port, web, w1, w2 = free_ports(4)
+    spark_class = str(spark_home() / "bin" / "spark-class")
+    procs: list[subprocess.Popen[bytes]] = []
+    logs = [workdir / "master.log", workdir / "worker-1.log", workdir / "worker-2.log"]
+    try:
+        procs.append(_start([spark_class, "org.apache.spark.deploy.master.Master",
+                             "--host", HOST, "--port", str(port), "--webui-port", str(web)],
+                            logs[0]))
+        for i, wport in enumerate((w1, w2), start=1):
+            (workdir / f"work-{i}").mkdir()
+            procs.append(_start([spark_class, "org.apache.spark.deploy.worker.Worker",
+                                 f"spark://{HOST}:{port}", "--host", HOST,
+                                 "--webui-port", str(wport), "--cores", "1",
+                                 "--memory", "768m", "--work-dir", str(workdir / f"work-{i}")],
+                                logs[i]))
+        status = f"http://{HOST}:{web}/json/"
+
+        def two_workers() -> bool:
+            try:
+                with urllib.request.urlopen(status, timeout=2) as r:
+                    return int(json.load(r).get("aliveworkers", 0)) == 2
+            except (urllib.error.URLError, OSError, ValueError):
+                return False
+
+        _wait(two_workers, procs, logs, "standalone cluster")
+        yield Cluster(f"spark://{HOST}:{port}", status)
+    finally:
+        for p in reversed(procs):  # workers (and their executors) first
+            _stop_process_group(p)
+
+
+@contextlib.contextmanager
+def connect_server(workdir: Path) -> Iterator[str]:
+    """A Spark Connect server (local[2]) on 127.0.0.1; yields its ``sc://`` URL."""
+    (port,) = free_ports(1)
+    cmd = [str(spark_home() / "bin" / "spark-submit"), *LOOPBACK, "--master", "local[2]",
+           "--conf", f"spark.connect.grpc.binding.address={HOST}",
+           "--conf", f"spark.connect.grpc.binding.port={port}",
+           "--conf", "spark.sql.session.timeZone=UTC",
+           "--class", CONNECT_SERVER, "spark-internal"]
+    log = workdir / "connect.log"
+    proc = _start(cmd, log)
+    try:
+        def listening() -> bool:
+            with socket.socket() as s:
+                s.settimeout(1)
+                return s.connect_ex((HOST, port)) == 0
+
+        _wait(listening, [proc], [log], "Spark Connect server")
+        yield f"sc://{HOST}:{port}"
+    finally:
+        _stop_process_group(proc)

@@ -1,0 +1,140 @@
+"""S3 through Spark's own filesystem: txlog roots at s3:// and s3a:// opened by S3A
+(hadoop-aws) in Spark's executors, configured from txlog's storage_options
+(spark_ext/hadoop_conf.py), against SeaweedFS on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+import spark_procs
+from storage_servers import SeaweedServer
+
+import spark_ext
+import txlog
+from spark_ext import hadoop_conf
+from txlog.errors import ConfigError
+
+BUCKET = "fs.s3a.bucket.b."
+
+
+def build(url: str, options: dict[str, Any], seed: int) -> list[tuple[int, int, str]]:
+    """Topics ``in`` (transactions of 1-6 records over 2 partitions, every third aborted)
+    and ``out`` (empty); returns ``in``'s committed (partition, offset, value) as txlog's
+    consumer reads them."""
+    print(f"seed={seed}")
+    rng = random.Random(seed)
+    log = txlog.connect(url, options)
+    log.create_topic("in", partitions=2)
+    log.create_topic("out", partitions=2)
+    p = log.producer(transactional_id="s3a-tx")
+    p.init_transactions()
+    n = 0
+    for i in range(9):
+        p.begin_transaction()
+        for _ in range(rng.randint(1, 6)):
+            p.send("in", f"v{n}".encode(), key=f"k{n % 3}".encode(), partition=rng.randrange(2))
+            n += 1
+        p.flush()
+        p.abort_transaction() if i % 3 == 2 else p.commit_transaction()
+    return consumed(url, options, "in")
+
+
+def consumed(url: str, options: dict[str, Any], topic: str) -> list[tuple[int, int, str]]:
+    c = txlog.connect(url, options).consumer(auto_offset_reset="earliest")
+    c.subscribe([topic])
+    return sorted((r.partition, r.offset, bytes(r.value).decode())
+                  for r in c.poll(max_records=10_000))
+
+
+# -- the mapping (no Spark) --------------------------------------------------------------
+
+
+def test_s3_and_s3a_roots_map_to_s3a_with_per_bucket_settings() -> None:
+    options = {"key": "K", "secret": "S",
+               "client_kwargs": {"endpoint_url": "http://127.0.0.1:9/", "region_name": "eu-1"}}
+    for url in ("s3://b/lake", "s3a://b/lake/", "S3://b/lake"):
+        where = hadoop_conf.locate(url, options)
+        assert where.root == "s3a://b/lake" and where.path("topics/t/x") == "s3a://b/lake/topics/t/x"
+        assert where.conf == {
+            BUCKET + "endpoint": "http://127.0.0.1:9", BUCKET + "endpoint.region": "eu-1",
+            BUCKET + "path.style.access": "true", BUCKET + "connection.ssl.enabled": "false",
+            BUCKET + "access.key": "K", BUCKET + "secret.key": "S",
+            BUCKET + "aws.credentials.provider": f"{hadoop_conf.S3A}.SimpleAWSCredentialsProvider",
+        }
+    # Other schemes keep their URL and get nothing.
+    assert hadoop_conf.locate("file:///tmp/lake") == hadoop_conf.HadoopLocation("file:///tmp/lake")
+    assert hadoop_conf.locate("gs://g/lake").conf == {}
+
+
+def test_credentials_region_and_addressing_options() -> None:
+    temp = hadoop_conf.locate("s3://b", {"key": "K", "secret": "S", "token": "T",
+                                        "region": "r1"}).conf
+    assert temp == {BUCKET + "access.key": "K", BUCKET + "secret.key": "S",
+                    BUCKET + "session.token": "T", BUCKET + "endpoint.region": "r1",
+                    BUCKET + "aws.credentials.provider":
+                        f"{hadoop_conf.S3A}.TemporaryAWSCredentialsProvider"}
+    # No credentials: S3A's own chain (environment, instance profile) applies.
+    assert hadoop_conf.locate("s3://b", {}).conf == {}
+    anon = hadoop_conf.locate("s3://b", {"anon": True}).conf
+    assert anon == {BUCKET + "aws.credentials.provider":
+                    f"{hadoop_conf.S3A}.AnonymousAWSCredentialsProvider"}
+    virtual = hadoop_conf.locate("s3://b", {"endpoint_url": "https://s3.example",
+                                            "config_kwargs": {"s3": {"addressing_style":
+                                                                     "virtual"}}}).conf
+    assert virtual[BUCKET + "path.style.access"] == "false"
+    assert BUCKET + "connection.ssl.enabled" not in virtual
+    with pytest.raises(ConfigError, match="only one of 'key' and 'secret'"):
+        hadoop_conf.locate("s3://b", {"key": "K"})
+    with pytest.warns(RuntimeWarning, match=r"profile, client_kwargs\.verify have no S3A"):
+        hadoop_conf.locate("s3://b", {"profile": "p", "client_kwargs": {"verify": False},
+                                      "txlog_client": "s3fs"})
+
+
+# -- Spark ---------------------------------------------------------------------------------
+
+
+@pytest.mark.spark
+@pytest.mark.s3
+def test_without_hadoop_aws_the_jvm_paths_name_the_jar(spark: Any,
+                                                       seaweed: SeaweedServer) -> None:
+    """The shared session has no hadoop-aws: the JVM read and write fail before any job
+    with a ConfigError naming the jar that matches Spark's Hadoop."""
+    url, options = seaweed.fresh_url("noaws"), seaweed.storage_options
+    build(url, options, seed=8)
+    version = spark.sparkContext._jvm.org.apache.hadoop.util.VersionInfo.getVersion()
+    jar = rf"hadoop-aws-{version}\.jar.*org\.apache\.hadoop:hadoop-aws:{version}"
+    with pytest.raises(ConfigError, match=rf"none for s3a://.*{jar}"):
+        spark_ext.read(spark, url, topic="in", storage_options=options, engine="jvm")
+    df = spark.createDataFrame([(b"k", b"v")], "key binary, value binary")
+    with pytest.raises(ConfigError, match=jar):
+        spark_ext.write(df, url, topic="out", storage_options=options, engine="jvm")
+    assert consumed(url, options, "out") == []
+
+
+@pytest.mark.spark
+@pytest.mark.s3
+@pytest.mark.slow
+def test_jvm_scan_and_writer_on_s3_through_s3a(seaweed: SeaweedServer, tmp_path: Path) -> None:
+    """A driver with hadoop-aws reads an s3:// root with the JVM scan and writes the rows
+    to the same root addressed as s3a:// with the JVM writer, told the endpoint and
+    credentials only through storage_options; txlog's consumer reads what was written."""
+    jars = spark_procs.s3a_jars()
+    if len(jars) < 3:
+        pytest.skip("hadoop-aws and the AWS SDK are not in .jars/ (run scripts/fetch-jars.sh)")
+    url, options = seaweed.fresh_url("s3a"), seaweed.storage_options
+    expected = build(url, options, seed=32)
+    out_url = "s3a://" + url.split("://", 1)[1]
+    got = spark_procs.submit(["--master", "local[2]", "--jars", ",".join(map(str, jars)),
+                              str(spark_procs.JOB), "jvm", url, out_url, "in", "out",
+                              json.dumps(options)], tmp_path, name="s3a")
+    assert "txlog planned scan" in got["plan"], got["plan"]
+    assert got["endpoint"] == seaweed.endpoint
+    assert [tuple(r) for r in got["rows"]] == expected
+    assert got["written"] == len(expected)
+    out = consumed(url, options, "out")
+    # Each row kept its partition; within one, the order of a write is Spark's.
+    assert sorted((p, v) for p, _, v in out) == sorted((p, v) for p, _, v in expected)
