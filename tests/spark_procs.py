@@ -46,7 +46,7 @@ def env() -> dict[str, str]:
     workers), pyspark's own Spark, everything bound to loopback."""
     return dict(os.environ, SPARK_HOME=str(spark_home()), PYSPARK_PYTHON=sys.executable,
                 PYSPARK_DRIVER_PYTHON=sys.executable, SPARK_LOCAL_IP=HOST,
-                SPARK_DAEMON_MEMORY="256m", PYTHONUNBUFFERED="1")
+                PYTHONUNBUFFERED="1")
 
 
 LOOPBACK = ["--conf", f"spark.driver.host={HOST}", "--conf", f"spark.driver.bindAddress={HOST}",
@@ -56,9 +56,13 @@ LOOPBACK = ["--conf", f"spark.driver.host={HOST}", "--conf", f"spark.driver.bind
             "--conf", "spark.python.authenticate.socketTimeout=120s"]
 
 
-def _start(cmd: list[str], log: Path) -> subprocess.Popen[bytes]:
+def _start(cmd: list[str], log: Path, *, daemon_memory: str = "256m",
+           ) -> subprocess.Popen[bytes]:
+    # The heap of master, workers and the Connect server (which Spark's launcher sizes
+    # as a daemon, not with spark.driver.memory).
     with open(log, "wb") as out:
-        return subprocess.Popen(cmd, env=env(), stdin=subprocess.DEVNULL, stdout=out,
+        return subprocess.Popen(cmd, env=dict(env(), SPARK_DAEMON_MEMORY=daemon_memory),
+                                stdin=subprocess.DEVNULL, stdout=out,
                                 stderr=subprocess.STDOUT, start_new_session=True)
 
 
@@ -144,7 +148,7 @@ def connect_server(workdir: Path) -> Iterator[str]:
            "--conf", "spark.sql.session.timeZone=UTC",
            "--class", CONNECT_SERVER, "spark-internal"]
     log = workdir / "connect.log"
-    proc = _start(cmd, log)
+    proc = _start(cmd, log, daemon_memory="768m")
     try:
         def listening() -> bool:
             with socket.socket() as s:
