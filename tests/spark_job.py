@@ -5,7 +5,8 @@
 
 ``copy`` reads topic SOURCE with ``format("txlog")`` and writes its key, value and
 partition to topic TARGET with ``format("txlog")``, exactly once (``txnAppId`` APP_ID,
-``txnVersion`` 0), twice: the second write is the retry a restarted job would make.
+``txnVersion`` 0), twice: the second write is the retry a restarted job would make;
+then it reads TARGET back with the JVM scan.
 ``jvm`` reads SOURCE with the JVM scan at URL and writes it to TARGET at OUT_URL with
 the JVM writer (both must open the objects with Spark's own Hadoop filesystems).
 OPTIONS is the storage options as JSON. The last line printed is ``RESULT <json>``.
@@ -31,8 +32,17 @@ def _copy(spark: Any, url: str, source: str, target: str, app_id: str,
          .option("txnVersion", "0").save())
     # Which processes ran Python: the executors' workers, not this driver.
     pids = sc.parallelize(range(8), 8).map(lambda _: os.getpid()).distinct().collect()
+    # The JVM scan of what was written: its jar is added by the driver, fetched by the
+    # executors.
+    import spark_ext
+
+    jvm = spark_ext.read(spark, url, topic=target, storage_options=json.loads(options),
+                         engine="jvm")
     return {"executors": sc._jsc.sc().getExecutorIds().size(), "master": sc.master,
-            "python_pids": sorted(pids), "driver_pid": os.getpid()}
+            "python_pids": sorted(pids), "driver_pid": os.getpid(),
+            "jvm_plan": jvm._jdf.queryExecution().executedPlan().toString(),
+            "jvm_rows": sorted([r.partition, r.offset, r.key.decode(), r.value.decode()]
+                               for r in jvm.collect())}
 
 
 def _jvm(spark: Any, url: str, out_url: str, source: str, target: str,

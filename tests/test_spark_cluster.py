@@ -1,7 +1,7 @@
 """A standalone Spark cluster on 127.0.0.1 (one master, two one-core workers, from
 pyspark's own ``spark-class``) running a ``spark-submit`` job that reads a txlog topic
 and writes another with ``format("txlog")``, exactly once, in executor JVMs and Python
-workers of their own."""
+workers of their own, then reads it back with the JVM scan."""
 
 from __future__ import annotations
 
@@ -62,7 +62,13 @@ def test_spark_submit_copies_a_topic_exactly_once_on_a_standalone_cluster(
     assert got["python_pids"] and got["driver_pid"] not in got["python_pids"]
     c = txlog.connect(url).consumer(auto_offset_reset="earliest")
     c.subscribe(["out"])
-    out = [(r.partition, bytes(r.key), bytes(r.value)) for r in c.poll(max_records=1000)]
+    records = c.poll(max_records=1000)
+    out = [(r.partition, bytes(r.key), bytes(r.value)) for r in records]
+    # The executors read it back with the JVM scan (its jar shipped by the driver).
+    assert "txlog planned scan" in got["jvm_plan"], got["jvm_plan"]
+    assert [tuple(r) for r in got["jvm_rows"]] == sorted(
+        (r.partition, r.offset, bytes(r.key).decode(), bytes(r.value).decode())
+        for r in records)
     # Every committed record once (the job's second, retried write committed nothing),
     # no aborted one, each in its partition and in its partition's order.
     assert sorted(out) == sorted(sent)
