@@ -8,7 +8,8 @@ partition to topic TARGET with ``format("txlog")``, exactly once (``txnAppId`` A
 ``txnVersion`` 0), twice: the second write is the retry a restarted job would make;
 then it reads TARGET back with the JVM scan.
 ``jvm`` reads SOURCE with the JVM scan at URL and writes it to TARGET at OUT_URL with
-the JVM writer (both must open the objects with Spark's own Hadoop filesystems).
+the JVM writer, then reads SOURCE with the SQL scan (all open the objects with Spark's
+own Hadoop filesystems).
 OPTIONS is the storage options as JSON. The last line printed is ``RESULT <json>``.
 """
 
@@ -57,8 +58,12 @@ def _jvm(spark: Any, url: str, out_url: str, source: str, target: str,
     done = spark_ext.write(df.select("key", "value", "partition"), out_url, topic=target,
                            storage_options=so, engine="jvm")
     assert done is not None
+    sql = spark_ext.read(spark, url, topic=source, storage_options=so, engine="sql")
+    sql_rows = [[r.partition, r.offset, r.value.decode()] for r in
+                sql.select("partition", "offset", "value").collect()]
     conf = spark.sparkContext._jsc.hadoopConfiguration()
-    return {"rows": sorted(rows), "plan": plan, "written": done.rows,
+    return {"rows": sorted(rows), "sql_rows": sorted(sql_rows), "plan": plan,
+            "written": done.rows,
             "endpoint": conf.get(f"fs.s3a.bucket.{url.split('/')[2]}.endpoint")}
 
 

@@ -134,6 +134,7 @@ def test_jvm_scan_and_writer_on_s3_through_s3a(seaweed: SeaweedServer, tmp_path:
     assert "txlog planned scan" in got["plan"], got["plan"]
     assert got["endpoint"] == seaweed.endpoint
     assert [tuple(r) for r in got["rows"]] == expected
+    assert [tuple(r) for r in got["sql_rows"]] == expected  # Spark's Parquet source too
     assert got["written"] == len(expected)
     out = consumed(url, options, "out")
     # Each row kept its partition; within one, the order of a write is Spark's.
