@@ -11,6 +11,11 @@ then it reads TARGET back with the JVM scan.
 the JVM writer, then reads SOURCE with the SQL scan (all open the objects with Spark's
 own Hadoop filesystems).
 OPTIONS is the storage options as JSON. The last line printed is ``RESULT <json>``.
+
+    python tests/spark_job.py connect sc://HOST:PORT URL SOURCE TARGET APP_ID
+
+is a Spark Connect client (its own process: a Connect session changes how pyspark
+behaves in the whole process) that registers, reads and writes ``format("txlog")``.
 """
 
 from __future__ import annotations
@@ -67,18 +72,50 @@ def _jvm(spark: Any, url: str, out_url: str, source: str, target: str,
             "endpoint": conf.get(f"fs.s3a.bucket.{url.split('/')[2]}.endpoint")}
 
 
+def _connect(spark: Any, url: str, source: str, target: str, app_id: str) -> dict[str, Any]:
+    import spark_ext
+
+    # No JVM on a Connect client: format("txlog") is the Python data source, run by the
+    # server's Python workers.
+    jvm_free = not hasattr(spark, "_jsparkSession")
+    df = spark.read.format("txlog").option("path", url).option("topic", source).load()
+    rows = sorted([r.partition, r.offset, r.value.decode(), r.headers[0]["value"].decode()]
+                  for r in df.collect())
+    (df.select("key", "value", "partition").write.format("txlog").mode("append")
+     .option("path", url).option("topic", target).option("txnAppId", app_id)
+     .option("txnVersion", "0").save())
+    try:
+        spark_ext.read(spark, url, topic=source, engine="jvm")
+        jvm_error = ""
+    except Exception as exc:
+        jvm_error = f"{type(exc).__name__}: {exc}"
+    # engine="auto" falls back to the SQL scan, which the server runs.
+    auto = spark_ext.read(spark, url, topic=source)
+    auto_rows = sorted([r.partition, r.offset, r.value.decode(),
+                        r.headers[0]["value"].decode()] for r in auto.collect())
+    return {"jvm_free": jvm_free, "rows": rows, "jvm_error": jvm_error, "auto_rows": auto_rows}
+
+
 def main(argv: list[str]) -> None:
     from pyspark.sql import SparkSession
 
     import spark_ext
 
-    spark = (SparkSession.builder.appName(f"txlog-{argv[0]}")
-             .config("spark.sql.session.timeZone", "UTC").getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
+    builder = SparkSession.builder
+    if argv[0] == "connect":  # a remote client, run with plain python
+        builder = builder.remote(argv.pop(1))
+    else:
+        builder = builder.appName(f"txlog-{argv[0]}").config("spark.sql.session.timeZone",
+                                                            "UTC")
+    spark = builder.getOrCreate()
+    if argv[0] != "connect":
+        spark.sparkContext.setLogLevel("ERROR")
     spark_ext.register(spark)
     try:
         if argv[0] == "copy":
             result = _copy(spark, *argv[1:5], options=argv[5] if len(argv) > 5 else "{}")
+        elif argv[0] == "connect":
+            result = _connect(spark, *argv[1:5])
         elif argv[0] == "jvm":
             result = _jvm(spark, *argv[1:5], options=argv[5] if len(argv) > 5 else "{}")
         else:

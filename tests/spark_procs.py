@@ -69,7 +69,12 @@ def _start(cmd: list[str], log: Path, *, daemon_memory: str = "256m",
 def submit(args: list[str], workdir: Path, *, name: str = "job") -> dict[str, Any]:
     """Run ``spark-submit ARGS`` and return the job's ``RESULT`` (AssertionError with the
     log's tail when it fails)."""
-    cmd = [str(spark_home() / "bin" / "spark-submit"), *LOOPBACK, *args]
+    return run([str(spark_home() / "bin" / "spark-submit"), *LOOPBACK, *args], workdir,
+               name=name)
+
+
+def run(cmd: list[str], workdir: Path, *, name: str = "job") -> dict[str, Any]:
+    """Run ``cmd`` (a job of spark_job.py) and return its ``RESULT``."""
     log = workdir / f"{name}.log"
     proc = _start(cmd, log)
     try:
@@ -78,7 +83,7 @@ def submit(args: list[str], workdir: Path, *, name: str = "job") -> dict[str, An
         _stop_process_group(proc)
     lines = log.read_text(errors="replace").splitlines()
     results = [line[len("RESULT "):] for line in lines if line.startswith("RESULT ")]
-    assert code == 0 and results, f"spark-submit exited {code}:\n{_log_tail(log, 60)}"
+    assert code == 0 and results, f"{cmd[0]} exited {code}:\n{_log_tail(log, 60)}"
     return json.loads(results[-1])  # type: ignore[no-any-return]
 
 

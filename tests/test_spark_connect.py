@@ -5,36 +5,20 @@ the server's Python workers."""
 
 from __future__ import annotations
 
-import json
 import random
-from collections.abc import Iterator
+import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 import spark_procs
 
-import spark_ext
 import txlog
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
-@pytest.fixture
-def remote(tmp_path: Path) -> Iterator[Any]:
-    """A Connect client session of a server started for the test."""
+def test_remote_client_reads_and_writes_format_txlog(tmp_path: Path) -> None:
     pytest.importorskip("grpc")  # pyspark[connect]'s client dependencies (dev extras)
-    from pyspark.sql import SparkSession
-
-    with spark_procs.connect_server(tmp_path) as url:
-        session = SparkSession.builder.remote(url).getOrCreate()
-        try:
-            yield session
-        finally:
-            session.stop()
-
-
-def test_remote_client_reads_and_writes_format_txlog(remote: Any, tmp_path: Path) -> None:
     seed = 11
     print(f"seed={seed}")
     rng = random.Random(seed)
@@ -53,22 +37,20 @@ def test_remote_client_reads_and_writes_format_txlog(remote: Any, tmp_path: Path
         p.abort_transaction() if i % 3 == 1 else p.commit_transaction()
     c = log.consumer(auto_offset_reset="earliest")
     c.subscribe(["in"])
-    expected = sorted((r.partition, r.offset, bytes(r.value), r.headers[0][1])
+    expected = sorted((r.partition, r.offset, bytes(r.value).decode(), r.headers[0][1].decode())
                       for r in c.poll(max_records=1000))
 
-    # No JVM on the client: the JVM paths say so, and format("txlog") serves.
-    assert not hasattr(remote, "_jsparkSession")
-    spark_ext.register(remote)
-    df = (remote.read.format("txlog").option("path", url).option("topic", "in")
-          .option("storage_options", json.dumps({})).load())
-    got = sorted((r.partition, r.offset, bytes(r.value), bytes(r.headers[0]["value"]))
-                 for r in df.collect())
-    assert got == expected
+    with spark_procs.connect_server(tmp_path) as remote:
+        # The client in a process of its own: a Connect session switches pyspark to
+        # Connect mode for the whole process.
+        got = spark_procs.run([sys.executable, str(spark_procs.JOB), "connect", remote, url,
+                               "in", "out", "connect-copy"], tmp_path, name="client")
 
-    df.select("key", "value", "partition").write.format("txlog").mode("append").option(
-        "path", url).option("topic", "out").option("txnAppId", "connect-copy").option(
-        "txnVersion", "0").save()
+    assert got["jvm_free"]
+    assert [tuple(r) for r in got["rows"]] == expected
+    assert "no JVM on the client side" in got["jvm_error"], got["jvm_error"]
+    assert [tuple(r) for r in got["auto_rows"]] == expected
     c = log.consumer(auto_offset_reset="earliest")
     c.subscribe(["out"])
-    assert sorted((r.partition, bytes(r.value)) for r in c.poll(max_records=1000)) == sorted(
-        (part, value) for part, _, value, _ in expected)
+    assert sorted((r.partition, bytes(r.value).decode()) for r in c.poll(max_records=1000)) \
+        == sorted((part, value) for part, _, value, _ in expected)
