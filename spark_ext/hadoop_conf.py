@@ -155,10 +155,21 @@ def apply(spark: SparkSession, location: HadoopLocation) -> None:
         return
     assert jsc is not None
     conf = jsc.hadoopConfiguration()
+    prefix = f"fs.s3a.bucket.{urlsplit(location.root).netloc}."
+    changed = []
     with _APPLY_LOCK:
         for k, v in location.conf.items():
-            if conf.get(k) != v:
+            old = conf.get(k)
+            if old != v:
+                if old is not None:  # names only: the values may be secrets
+                    changed.append(k.removeprefix(prefix))
                 conf.set(k, v)
+    if changed:
+        warnings.warn(f"{location.root}: storage_options change {', '.join(sorted(changed))} "
+                      "from what this Spark application used before; Hadoop keeps one S3A "
+                      "filesystem per bucket per JVM, and those already open keep the old "
+                      "settings. Use one set of storage_options per bucket in an application",
+                      RuntimeWarning, stacklevel=3)
 
 
 def prepare(spark: SparkSession, store: ObjectStore) -> HadoopLocation:

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import random
+import warnings
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -92,6 +94,34 @@ def test_credentials_region_and_addressing_options() -> None:
     with pytest.warns(RuntimeWarning, match=r"profile, client_kwargs\.verify have no S3A"):
         hadoop_conf.locate("s3://b", {"profile": "p", "client_kwargs": {"verify": False},
                                       "txlog_client": "s3fs"})
+
+
+class FakeHadoopConf(dict[str, str]):
+    """What apply() touches of a SparkContext's Hadoop configuration."""
+
+    def set(self, k: str, v: str) -> None:
+        self[k] = v
+
+
+def test_apply_sets_the_bucket_settings_and_warns_when_they_change() -> None:
+    conf = FakeHadoopConf({"fs.s3a.bucket.other.endpoint": "http://elsewhere"})
+    session = SimpleNamespace(sparkContext=SimpleNamespace(
+        _jsc=SimpleNamespace(hadoopConfiguration=lambda: conf)))
+    first = hadoop_conf.locate("s3://b.x/lake", {"key": "K", "secret": "S",
+                                                 "endpoint_url": "http://127.0.0.1:9"})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        hadoop_conf.apply(session, first)  # type: ignore[arg-type]
+        hadoop_conf.apply(session, first)  # type: ignore[arg-type]  # the same: no warning
+    assert conf["fs.s3a.bucket.b.x.secret.key"] == "S"
+    assert conf["fs.s3a.bucket.other.endpoint"] == "http://elsewhere"
+    second = hadoop_conf.locate("s3://b.x/lake", {"key": "K", "secret": "S2",
+                                                  "endpoint_url": "http://127.0.0.1:9"})
+    with pytest.warns(RuntimeWarning, match=r"s3a://b\.x/lake: storage_options change "
+                                            r"secret\.key from what") as caught:
+        hadoop_conf.apply(session, second)  # type: ignore[arg-type]
+    assert "S2" not in str(caught[0].message)  # names, never values
+    assert conf["fs.s3a.bucket.b.x.secret.key"] == "S2"
 
 
 # -- Spark ---------------------------------------------------------------------------------
