@@ -43,9 +43,12 @@ class PartitionReport:
 class MaintenanceReport:
     swept_transactions: list[str] = field(default_factory=list)
     partitions: list[PartitionReport] = field(default_factory=list)
+    # transactional.ids forgotten after transactional.id.expiration.ms idle
+    expired_transactional_ids: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {"swept_transactions": self.swept_transactions,
+                "expired_transactional_ids": self.expired_transactional_ids,
                 "partitions": [p.to_json() for p in self.partitions]}
 
 
@@ -205,9 +208,11 @@ def purge(txlog: Log, tp: TopicPartition, now: int | None = None) -> int:
 def maintain(txlog: Log, topics: list[str] | None = None, *, compact: bool = True,
              progress: Callable[[int, int, str], None] | None = None,
              now: int | None = None) -> MaintenanceReport:
-    """The whole sweep: finish or abort stuck transactions, then per partition retention,
-    compaction, purge of expired objects and a fresh checkpoint."""
+    """The whole sweep: finish or abort stuck transactions, forget idle transactional.ids,
+    then per partition retention, compaction, purge of expired objects and a fresh
+    checkpoint."""
     report = MaintenanceReport(swept_transactions=txlog.coordinator.sweep())
+    report.expired_transactional_ids = txlog.coordinator.expire_transactional_ids(now)
     names = topics if topics is not None else txlog.list_topics(internal=True)
     tps = [tp for t in names for tp in txlog.partitions_for(t)]
     for n, tp in enumerate(tps):
