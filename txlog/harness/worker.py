@@ -42,6 +42,7 @@ from txlog.errors import (
     TransactionAbortedError,
     TxlogError,
 )
+from txlog.harness.clock import real_time, shift_wall_clock
 from txlog.harness.history import Recorder
 from txlog.records import TopicPartition
 from txlog.storage.faults import FaultRates, FaultyStore, InjectedTimeout
@@ -102,11 +103,11 @@ class Worker:
     # -- plumbing ------------------------------------------------------------------------
 
     def expired(self) -> bool:
-        return time.time() >= self.until
+        return real_time() >= self.until
 
     def pace(self, lo: float, hi: float) -> None:
         """Think time between operations (workload pacing, not synchronisation)."""
-        time.sleep(min(self.rng.uniform(lo, hi), max(0.0, self.until - time.time())))
+        time.sleep(min(self.rng.uniform(lo, hi), max(0.0, self.until - real_time())))
 
     def done_op(self) -> None:
         self._ops += 1
@@ -559,6 +560,8 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m txlog.harness.worker SPEC.json", file=sys.stderr)
         return 2
     spec = json.loads(Path(argv[0]).read_text())
+    if spec.get("clock_skew_ms"):
+        shift_wall_clock(int(spec["clock_skew_ms"]))
     w = Worker(spec)
     try:
         w.run()
