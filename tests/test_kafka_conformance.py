@@ -337,6 +337,33 @@ def test_maintain_expires_idle_transactional_ids(tmp_path: Any) -> None:
     assert values(lg, [TopicPartition("a", 0)]) == [b"1", b"open", b"3"]
 
 
+def test_maintain_expires_idle_producer_state_and_the_producer_starts_afresh(
+        tmp_path: Any) -> None:
+    lg = txlog.connect(str(tmp_path / "root"), producer_id_expiration_ms=60_000)
+    lg.create_topic("a", partitions=1)
+    tp = TopicPartition("a", 0)
+    p = lg.producer()
+    p.send("a", b"1", partition=0)
+    p.flush()
+    old_pid = p.producer_id
+    st = lg.partition_log(tp).refresh()
+    last = st.producers[old_pid].last_ms
+    report = maintain(lg, compact=False, now=last + 59_000)
+    assert report.partitions[0].expired_producers == 0
+    report = maintain(lg, compact=False, now=last + 61_000)
+    assert report.partitions[0].expired_producers == 1
+    assert old_pid not in txlog.connect(lg.url).partition_log(tp).refresh().producers
+    # The producer's next append meets a view loaded from that checkpoint: its sequence
+    # is unknown there, so it starts again with a new producer id (KIP-360).
+    lg.partition_log(tp).state = None
+    p.send("a", b"2", partition=0)
+    p.flush()
+    assert p.producer_id != old_pid
+    p.send("a", b"3", partition=0)
+    p.close()
+    assert values(lg, [tp]) == [b"1", b"2", b"3"]
+
+
 # -- 8. smaller API gaps ---------------------------------------------------------------------
 
 

@@ -449,7 +449,8 @@ class Coordinator:
         if cur is None:
             raise InvalidTxnStateError(
                 f"transactional.id {txn_id!r} is not initialised (or it expired after "
-                "transactional.id.expiration.ms idle); call init_transactions()")
+                "transactional.id.expiration.ms idle); create a producer and call "
+                "init_transactions()")
         if (cur.producer_id, cur.epoch) != (producer_id, epoch):
             if (cur.prev_producer_id, cur.prev_epoch) == (producer_id, epoch) and \
                     cur.state == COMPLETE_ABORT and cur.abort_reason == "timeout":

@@ -133,8 +133,10 @@ class ConcurrentTransactionsError(TxlogError):
     abortable = True
 
 
-class UnknownProducerIdError(TxlogError):
-    """The producer id is not known (its state expired)."""
+class UnknownProducerIdError(OutOfOrderSequenceError):
+    """The partition keeps no sequence state for the producer id (it expired after
+    producer.id.expiration.ms without a write there) and the batch does not start at
+    sequence 0.  An idempotent producer starts afresh with a new producer id."""
 
 
 class TransactionalIdNotFoundError(TxlogError, KeyError):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -33,6 +33,7 @@ class PartitionReport:
     dropped_aborted_batches: int = 0
     segments_written: int = 0
     objects_deleted: int = 0
+    expired_producers: int = 0
     checkpoint: str | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -96,6 +97,22 @@ def apply_retention(txlog: Log, tp: TopicPartition, now: int | None = None) -> i
 def _delay(txlog: Log, tp: TopicPartition) -> int:
     return int(txlog.topic(tp.topic).config.get("file.delete.delay.ms",
                                                 txlog.config["file.delete.delay.ms"]))
+
+
+def expire_producers(st: PartitionState, expiration_ms: int, now: int) -> PartitionState:
+    """Pure: ``st`` without the sequence state of producers that wrote nothing here for
+    ``expiration_ms`` and have no transaction open here (Kafka's producer.id.expiration.ms,
+    KIP-854), for the checkpoint: it would otherwise keep every producer id ever seen.
+    A producer that comes back is told its id is unknown and starts afresh."""
+    if expiration_ms < 0:
+        return st
+    busy = {pid for pid, _ in st.open_txns}
+    gone = {pid for pid, p in st.producers.items()
+            if pid not in busy and p.last_ms < now - expiration_ms}
+    if not gone:
+        return st
+    return replace(st, producers={k: v for k, v in st.producers.items() if k not in gone},
+                   fence_epoch={k: v for k, v in st.fence_epoch.items() if k not in gone})
 
 
 def plan_compaction(st: PartitionState, segment_bytes: int) -> list[tuple[int, int]]:
@@ -226,7 +243,12 @@ def maintain(txlog: Log, topics: list[str] | None = None, *, compact: bool = Tru
         if compact:
             compact_partition(txlog, tp, pr)
         pr.objects_deleted = purge(txlog, tp, now)
-        pr.checkpoint = txlog.partition_log(tp).write_checkpoint()
+        plog = txlog.partition_log(tp)
+        st = plog.refresh()
+        kept = expire_producers(st, int(txlog.config["producer.id.expiration.ms"]),
+                                now if now is not None else now_ms())
+        pr.expired_producers = len(st.producers) - len(kept.producers)
+        pr.checkpoint = plog.write_checkpoint(kept)
         report.partitions.append(pr)
     if progress:
         progress(len(tps), len(tps), "done")

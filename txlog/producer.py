@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import enum
 import logging
 import threading
@@ -71,6 +72,7 @@ from txlog.errors import (
     StorageError,
     TransactionTimeoutError,
     TxlogError,
+    UnknownProducerIdError,
 )
 from txlog.metrics import record_end_txn
 from txlog.model import BEGIN, DATA
@@ -1886,7 +1888,19 @@ class Producer:
             txn_id=self.transactional_id, data=key, nbytes=nbytes, ts_min=ts_min,
             ts_max=ts_max, untimed=untimed, parts=parts)
         try:
-            res = self._append_with_retries(plog, spec)
+            try:
+                res = self._append_with_retries(plog, spec)
+            except UnknownProducerIdError:
+                if self.transactional_id is not None:
+                    raise
+                # The partition forgot this producer (producer.id.expiration.ms): start
+                # afresh with a new producer id, as Kafka's client does (KIP-360).
+                self.producer_id = self.log.coordinator.pids.allocate()
+                self._seq.clear()
+                seq = 0
+                spec = dataclasses.replace(spec, producer_id=self.producer_id,
+                                           base_sequence=0)
+                res = self._append_with_retries(plog, spec)
         except Exception:
             if self.idempotent and self.transactional_id is None:
                 self._reset_pid = True
