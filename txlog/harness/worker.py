@@ -40,6 +40,7 @@ import txlog
 from txlog.errors import (
     ProducerFencedError,
     TransactionAbortedError,
+    TransactionTimeoutError,
     TxlogError,
 )
 from txlog.harness.clock import real_time, shift_wall_clock
@@ -270,6 +271,10 @@ class Worker:
                                       **ids})
         futures: list[tuple[str, str, Any]] = []
         nxt = prod
+        # A timeout abort of this transaction before its timeout passed (on this process's
+        # monotonic clock, from before its first write) would abort a live transaction
+        # early; a commit in flight may still raise the last transaction's timeout here.
+        began = None if self._inflight else time.monotonic()
         try:
             prod.begin_transaction()
             for topic, partition, value in sends:
@@ -311,6 +316,12 @@ class Worker:
             prod.commit_transaction()
         except Exception as exc:
             self.settle_inflight()
+            if isinstance(exc, TransactionTimeoutError) and began is not None:
+                open_ms = (time.monotonic() - began) * 1000
+                if open_ms < self.timeout_ms:
+                    self.rec.event("early_timeout_abort", "info", {"open_ms": open_ms},
+                                   f"aborted for its timeout ({self.timeout_ms} ms) after "
+                                   f"{open_ms:.0f} ms: {exc}", unexpected=True)
             definite = isinstance(exc, DEFINITE_ABORT)
             self._fenced |= isinstance(exc, ProducerFencedError)
             if not definite and self.rng.random() < float(self.spec.get("commit_after_error",
