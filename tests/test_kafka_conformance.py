@@ -78,6 +78,28 @@ def test_transaction_max_timeout_is_a_setting(tmp_path: Any) -> None:
     p.close()
 
 
+def test_stored_timeout_above_the_limit_expires_at_the_limit(tmp_path: Any) -> None:
+    """A transaction stored with a timeout above transaction.max.timeout.ms (allowed by a
+    root with a higher limit, or by txlog before the limit) no longer holds the LSO for
+    its own timeout: maintain aborts it once the limit has passed."""
+    url = str(tmp_path / "root")
+    roomy = txlog.connect(url, transaction_max_timeout_ms=10**12)
+    roomy.create_topic("a", partitions=1)
+    p = roomy.producer(transactional_id="huge", transaction_timeout_ms=10**12)
+    p.init_transactions()
+    p.begin_transaction()
+    p.send("a", b"held", partition=0)
+    p.flush()
+    strict = txlog.connect(url, transaction_max_timeout_ms=200)
+    until(lambda: "huge" in maintain(strict, compact=False).swept_transactions,
+          "maintain to abort the transaction")
+    rec = strict.coordinator.record("huge")
+    assert rec is not None and rec.state == COMPLETE_ABORT and rec.abort_reason == "timeout"
+    c = strict.consumer()
+    assert c.last_stable_offset(TP0) == strict.partition_log(TP0).refresh().high_watermark
+    p.close(timeout=0)
+
+
 # -- 2. a graceful close() aborts an open transaction -------------------------------------
 
 
