@@ -156,6 +156,34 @@ def test_age_is_a_lower_bound() -> None:
     assert resolution_ms(5_000) == SECOND and resolution_ms(5_001) == TICK
 
 
+def test_without_store_stamps_a_client_aborts_only_what_it_watched_for_the_timeout(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A store that gives no modification times: a client judges a transaction expired
+    only once it has itself seen it open for the whole timeout (monotonic clock)."""
+    from txlog.store_clock import StoreClock
+
+    monkeypatch.setattr(StoreClock, "age_ms", lambda self, key: None)
+    url = str(tmp_path / "root")
+    log = txlog.connect(url)
+    log.create_topic("a", partitions=1)
+    p = log.producer(transactional_id="unstamped", transaction_timeout_ms=300)
+    p.init_transactions()
+    p.begin_transaction()
+    p.send("a", b"x", partition=0)
+    p.flush()
+    watcher = txlog.connect(url).coordinator
+    rec = watcher.record("unstamped")
+    assert rec is not None
+    first = time.monotonic()
+    assert not watcher.expired(rec)  # first sight: watched for no time yet
+    deadline = first + 30
+    while not watcher.expired(rec):
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert time.monotonic() - first >= 0.3
+    p.close(timeout=0)
+
+
 def test_stamps_from_fsspec_info() -> None:
     utc = datetime.UTC
     assert stamp_ms({"LastModified": datetime.datetime(2026, 1, 1, tzinfo=utc)}) == \
@@ -163,6 +191,8 @@ def test_stamps_from_fsspec_info() -> None:
     assert stamp_ms({"mtime": 12.5}) == 12_500
     assert stamp_ms({"last_modified": "2026-01-01T00:00:01Z"}) == \
         int(datetime.datetime(2026, 1, 1, 0, 0, 1, tzinfo=utc).timestamp() * 1000)
+    assert stamp_ms({"updated": "2026-01-01T00:00:02.5Z"}) == \
+        int(datetime.datetime(2026, 1, 1, 0, 0, 2, 500_000, tzinfo=utc).timestamp() * 1000)
     assert stamp_ms({"size": 3}) is None
 
 

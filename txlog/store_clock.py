@@ -16,6 +16,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+from txlog.errors import StorageError
 from txlog.model import new_token
 
 if TYPE_CHECKING:
@@ -33,7 +34,8 @@ _MAX_CACHED = 10_000
 
 def stamp_ms(info: dict[str, Any]) -> int | None:
     """The modification time in an fsspec ``info()`` answer, in ms since the epoch."""
-    for name in ("LastModified", "last_modified", "mtime", "created"):
+    # S3 (s3fs), Azure (adlfs), GCS (gcsfs), local and memory file systems, in that order.
+    for name in ("LastModified", "last_modified", "updated", "mtime", "created"):
         v = info.get(name)
         if v is None:
             continue
@@ -88,8 +90,10 @@ class StoreClock:
         try:
             fs = self.store.fsspec()
             info = fs.info(self.store.fs_path(key))
-        except (NotImplementedError, FileNotFoundError, KeyError):
-            return None
+        except (NotImplementedError, ImportError, FileNotFoundError, KeyError):
+            return None  # no stamps here: the caller falls back to watching
+        except OSError as exc:
+            raise StorageError(f"cannot read the store's time of {key!r}: {exc}") from exc
         return stamp_ms(info) if isinstance(info, dict) else None
 
     def _measure(self) -> tuple[int, float] | None:
