@@ -2068,9 +2068,9 @@ class Producer:
             if self._lingerer is not None and finished:
                 self._lingerer.join()
             if self._committer is not None:
-                self._committer.shutdown(wait=finished, cancel_futures=not finished)
+                self._committer.shutdown(wait=finished)  # (queued steps still resolve)
             if self._writer is not None:  # (its last steps may have started it just now)
-                self._writer.shutdown(wait=finished, cancel_futures=not finished)
+                self._writer.shutdown(wait=finished)
 
     def _close_work(self) -> None:
         if self.transactional_id is None:
