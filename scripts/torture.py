@@ -61,6 +61,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="mean seconds between kills/zombies (0: no nemesis; default 0.8, "
                          "2 on s3)")
     ap.add_argument("--txn-timeout-ms", type=int, default=1500)
+    ap.add_argument("--clock-skew-ms", type=int, default=120_000,
+                    help="clients' wall clocks run this far ahead or behind (one of -skew, "
+                         "0, +skew per process; 0: every clock right)")
     ap.add_argument("--no-faults", action="store_true", help="no injected store faults")
     ap.add_argument("--keep", action="store_true", help="keep clean histories too")
     ap.add_argument("--quiet", action="store_true", help="no line per history")
@@ -82,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     server = start_s3() if args.store == "s3" else None
     totals: dict[str, Any] = {"histories": 0, "operations": 0, "transactions": 0,
                               "committed": 0, "kills": 0, "zombies": 0, "polls": 0,
+                              "clocks_ahead": 0, "clocks_behind": 0,
                               "injected": {}, "anomalies": dict.fromkeys(ANOMALY_KINDS, 0)}
     failing: list[dict[str, Any]] = []
     t_start = time.time()
@@ -99,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
                                 startup=args.startup, producers=args.producers,
                                 nemesis_every=args.nemesis_every,
                                 txn_timeout_ms=args.txn_timeout_ms, keep=args.keep,
+                                clock_skew_ms=args.clock_skew_ms,
                                 lso_check_rate=0.3 if s3 else 1.0)
             if args.no_faults:
                 cfg.faults = None
@@ -123,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
             totals["committed"] += s["txns_committed"]
             totals["kills"] += s["kills"]
             totals["zombies"] += s["zombies"]
+            totals["clocks_ahead"] += s["clocks_ahead"]
+            totals["clocks_behind"] += s["clocks_behind"]
             totals["polls"] += s["polls"]
             for k, n in s["injected"].items():
                 totals["injected"][k] = totals["injected"].get(k, 0) + n
@@ -157,12 +164,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"histories {totals['histories']}, operations {totals['operations']}, transactions "
           f"{totals['transactions']} (committed {totals['committed']}), polls "
           f"{totals['polls']}, kills {totals['kills']}, zombies {totals['zombies']}, "
+          f"clients with clocks ahead/behind {totals['clocks_ahead']}/"
+          f"{totals['clocks_behind']} (by {args.clock_skew_ms} ms), "
           f"injected faults {sum(inj.values())} ({by_kind}); {elapsed:.0f} s on {args.store}")
     if failing:
         replay = (f"scripts/torture.py --histories 1 --seed SEED --store {args.store} "
                   f"--duration {args.duration} --startup {args.startup} --producers "
                   f"{args.producers} --nemesis-every {args.nemesis_every} --txn-timeout-ms "
-                  f"{args.txn_timeout_ms}{' --no-faults' if args.no_faults else ''} --keep")
+                  f"{args.txn_timeout_ms} --clock-skew-ms {args.clock_skew_ms}"
+                  f"{' --no-faults' if args.no_faults else ''} --keep")
         print(f"failing seeds (replay: {replay}):")
         for f in failing:
             print(f"    {f['seed']}: {f.get('anomalies') or f.get('error')}  {f['dir']}")

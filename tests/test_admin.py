@@ -116,7 +116,7 @@ def test_stuck_prepare_is_found_and_rolled_forward(log: txlog.Log) -> None:
 
 
 def test_ongoing_without_data_and_list_describe(log: txlog.Log) -> None:
-    p = log.producer(transactional_id="idle", transaction_timeout_ms=3_600_000)
+    p = log.producer(transactional_id="idle", transaction_timeout_ms=900_000)
     p.init_transactions()
     p.begin_transaction()
     log.coordinator.add_partitions("idle", p.producer_id, p.epoch, [T1])  # nothing written

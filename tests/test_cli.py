@@ -301,7 +301,7 @@ STUCK_CHILD = textwrap.dedent("""
     import sys, time, txlog
     log = txlog.connect(sys.argv[1])
     for tid, part in (("stuck-a", 0), ("stuck-b", 1)):
-        p = log.producer(transactional_id=tid, transaction_timeout_ms=3_600_000)
+        p = log.producer(transactional_id=tid, transaction_timeout_ms=900_000)
         p.init_transactions()
         p.begin_transaction()
         p.send("orders", b"never-committed-" + tid.encode(), key=b"z", partition=part)

@@ -373,25 +373,18 @@ def _commit_whose_marker_fails(log: txlog.Log, monkeypatch: pytest.MonkeyPatch,
     return p, fut, fail
 
 
-def test_get_returns_after_init_transactions_rolled_the_commit_forward(
+def test_get_returns_after_close_completes_the_commit(
         log: txlog.Log, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Review finding: the markers fail, and the next init_transactions() finds the
-    commit rolled forward (by its own init_producer_id): the batch's future must then
-    take its offset, not wait for markers nobody will write again."""
-    from txlog.coordinator import Coordinator
-
+    """The markers fail; a second init_transactions() is refused (it runs once per
+    instance), and close() completes the decided commit: the batch's future then takes
+    its offset, not waiting for markers nobody will write again."""
     p, fut, fail = _commit_whose_marker_fails(log, monkeypatch, "reinit")
-    real_init = Coordinator.init_producer_id
-
-    def init_then_heal(self: Coordinator, *a: Any, **kw: Any) -> Any:
-        fail["on"] = False  # (the settle before it failed once more)
-        return real_init(self, *a, **kw)
-
-    monkeypatch.setattr(Coordinator, "init_producer_id", init_then_heal)
-    p.init_transactions()
+    with pytest.raises(InvalidTxnStateError, match="already called"):
+        p.init_transactions()
+    fail["on"] = False
+    p.close()
     got = _get_in_a_thread(fut)
     assert got and got[0].offset == 0
-    p.close()
 
 
 def test_get_ends_once_a_newer_instance_rolled_the_commit_forward(

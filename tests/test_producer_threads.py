@@ -15,7 +15,7 @@ from test_transactions import read_all
 
 import txlog
 from txlog.coordinator import Coordinator
-from txlog.errors import StorageError, TxlogError
+from txlog.errors import InvalidTxnStateError, StorageError, TxlogError
 from txlog.producer import Producer, State
 
 
@@ -206,19 +206,19 @@ def test_a_commit_callback_may_wait_for_a_read_on_another_thread(log: txlog.Log)
     p.close()
 
 
-def test_init_transactions_forgets_the_commit_it_rolled_forward(
+def test_second_init_transactions_is_refused_and_the_commit_still_completes(
         log: txlog.Log, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A commit's markers failed and settling fails once more during init_transactions():
-    init rolls the commit forward itself, and the producer does not try to end it again
-    with the old epoch (which would fence it)."""
+    """A commit's markers failed; a second init_transactions() on the same instance is
+    refused (as Kafka's client refuses it: it would fence the instance's own work), and
+    the next transaction completes the decided commit first."""
     p = log.producer(transactional_id="reinit", linger_ms=60_000)
     p.init_transactions()
     fail_once(monkeypatch, "write_markers", StorageError("injected: markers"))
     p.begin_transaction()
     p.send("a", b"t1", partition=0)
     p.commit_transaction_async().result(60)
-    fail_once(monkeypatch, "end_txn", StorageError("injected: settle in init"))
-    p.init_transactions()
+    with pytest.raises(InvalidTxnStateError, match="already called"):
+        p.init_transactions()
     p.begin_transaction()
     p.send("a", b"t2", partition=0)
     p.commit_transaction()

@@ -11,7 +11,7 @@ import pytest
 
 import txlog
 import txlog.producer
-from txlog.errors import ProducerFencedError
+from txlog.errors import ProducerFencedError, UnstableOffsetCommitError
 from txlog.records import TopicPartition
 from txlog.storage.faults import FaultyStore
 
@@ -76,8 +76,9 @@ def test_committed_offsets_not_hidden_by_another_groups_open_transaction() -> No
 
     c = log.consumer(group_id="g")
     assert c.committed([tp]) == {tp: 5}
-    # The open transaction's offsets stay invisible until it commits.
-    assert log.consumer(group_id="other-group").committed([tp]) == {tp: None}
+    # The open transaction's offsets are not answered until it commits (KIP-447).
+    with pytest.raises(UnstableOffsetCommitError):
+        log.consumer(group_id="other-group").committed([tp], timeout=0)
     other.commit_transaction()
     assert log.consumer(group_id="other-group").committed([tp]) == {tp: 1}
 

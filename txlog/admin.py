@@ -35,7 +35,6 @@ from txlog.txn_state import (
     ONGOING,
     PREPARE_ABORT,
     PREPARE_COMMIT,
-    PREPARE_EPOCH_FENCE,
     PREPARING,
     TxnRecord,
 )
@@ -183,7 +182,7 @@ def find_hanging(txlog: Log, *, topics: Iterable[str] | None = None,
                     kind, reason = "stuck-prepare", (
                         f"{rec.state} for {_fmt_ms(now - rec.last_update_ms)}; markers "
                         "were never finished")
-            elif rec.state in (ONGOING, PREPARE_EPOCH_FENCE):
+            elif rec.state == ONGOING:
                 if (tp.topic, tp.partition) not in rec.partitions:
                     kind, reason = "orphaned", (
                         "the transaction never registered this partition")
@@ -220,7 +219,7 @@ def find_hanging(txlog: Log, *, topics: Iterable[str] | None = None,
             kind, reason = "stuck-prepare", (
                 f"{rec.state} for {_fmt_ms(now - rec.last_update_ms)}; its markers or "
                 "Complete* were never finished")
-        elif rec.state in (ONGOING, PREPARE_EPOCH_FENCE) and (
+        elif rec.state == ONGOING and (
                 rec.expired(now) or now - rec.txn_start_ms > max_transaction_timeout_ms):
             kind, reason = "hanging", (
                 f"open for {_fmt_ms(now - rec.txn_start_ms)} in the state log "
@@ -258,7 +257,7 @@ def abort_transaction(txlog: Log, txn_id: str, *, reason: str = "admin") -> dict
                               "already made)" if committed else "aborted (rolled "
                               "PrepareAbort forward)",
                     "partitions": [f"{t}-{p}" for t, p in cur.partitions]}
-        if cur.state in (ONGOING, PREPARE_EPOCH_FENCE):
+        if cur.state == ONGOING:
             prep = cur.transition(PREPARE_ABORT, abort_reason=reason, last_update_ms=now_ms())
             if part.compare_and_set(txn_id, cur, prep):
                 coord._complete(prep)

@@ -527,6 +527,10 @@ def cmd_maintain(log: Any, args: argparse.Namespace, out: Out,
         head = (f"Swept {len(swept)} transaction(s)"
                 + (f": {', '.join(swept)}" if swept else "") + "; "
                 f"maintained {len(rows)} partition(s) in {d['elapsed_s']}s.")
+        expired = d["expired_transactional_ids"]
+        if expired:
+            head += (f"\nExpired {len(expired)} idle transactional.id(s): "
+                     f"{', '.join(expired)}.")
         active = [r for r in rows if r["retained_from"] is not None or r["compacted_batches"]
                   or r["dropped_aborted_batches"] or r["objects_deleted"]]
         if not active:

@@ -18,8 +18,13 @@ from txlog.errors import ConfigError
 DEFAULTS: dict[str, tuple[Any, type, str]] = {
     "transaction.timeout.ms": (60_000, int,
                                "abort a transaction that stays open longer than this"),
+    "transaction.max.timeout.ms": (900_000, int,
+                                   "the largest transaction.timeout.ms a producer may ask for"),
     "transactional.id.expiration.ms": (604_800_000, int,
                                        "forget a transactional.id idle this long"),
+    "producer.id.expiration.ms": (86_400_000, int,
+                                  "forget a producer's sequence state in a partition after "
+                                  "this long without a write there"),
     "transaction.state.log.num.partitions": (50, int, "state-log partitions (fixed per root)"),
     "offsets.topic.num.partitions": (10, int, "partitions of __consumer_offsets"),
     "num.partitions": (1, int, "default partitions of a new topic"),
@@ -45,6 +50,8 @@ DEFAULTS: dict[str, tuple[Any, type, str]] = {
                              "or compaction, so readers holding older plans finish"),
     "segment.bytes": (134_217_728, int, "compaction: target size of a merged segment"),
     "max.poll.records": (500, int, "consumer: default records per poll"),
+    "default.api.timeout.ms": (60_000, int, "consumer: how long committed() waits for "
+                                            "offsets an open transaction holds (KIP-447)"),
 }
 # TXLOG_* variables that are not configuration keys.
 NON_CONFIG_ENV = frozenset({"TXLOG_CONF", "TXLOG_ROOT", "TXLOG_STORAGE_OPTIONS",

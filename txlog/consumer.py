@@ -4,6 +4,10 @@ Planning picks batch objects from the partition's metadata (checkpoint plus tail
 reading is columnar (Arrow) and row objects are made only at the edge, in poll().
 There is no group membership protocol: ``subscribe`` assigns every partition of the
 topics to this consumer; the group id names whose committed offsets it uses.
+
+As Kafka's consumer: a position outside [log start offset, high watermark] is reset by
+``auto_offset_reset`` (``none`` raises OffsetOutOfRangeError), and ``committed()`` waits
+while a transaction holds pending offsets of the group (KIP-447).
 """
 
 from __future__ import annotations
@@ -15,7 +19,13 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from txlog.config import normalize_key
-from txlog.errors import ConfigError, InvalidTxnStateError
+from txlog.errors import (
+    ConfigError,
+    InvalidTxnStateError,
+    OffsetOutOfRangeError,
+    UnassignedPartitionError,
+    UnstableOffsetCommitError,
+)
 from txlog.names import validate_id
 from txlog.offsets import encode_offset_commits, offsets_partition, read_committed_offsets
 from txlog.partition_log import AppendSpec
@@ -46,16 +56,24 @@ class Consumer:
         if auto_offset_reset not in ("earliest", "latest", "none"):
             raise ConfigError(
                 f"auto_offset_reset must be earliest, latest or none, not {auto_offset_reset!r}")
-        self.max_poll_records = int(txlog.config["max.poll.records"])
+        opts = {k: txlog.config[k] for k in ("max.poll.records", "default.api.timeout.ms")}
         for k, v in config.items():
-            if normalize_key(k) != "max.poll.records":
-                raise ConfigError(f"unknown consumer option {k!r}")
-            self.max_poll_records = int(v)
+            key = normalize_key(k)
+            if key not in opts:
+                raise ConfigError(f"unknown consumer option {k!r}; consumer options: "
+                                  f"{', '.join(sorted(opts))}")
+            from txlog.config import _coerce
+
+            opts[key] = _coerce(key, v)
+        self.max_poll_records = int(opts["max.poll.records"])
+        self.default_api_timeout_ms = int(opts["default.api.timeout.ms"])
         self.log = txlog
         self.group_id = validate_id("group.id", group_id) if group_id is not None else None
         self.isolation_level = isolation_level
         self.auto_offset_reset = auto_offset_reset
         self._assignment: list[TopicPartition] = []
+        self._subscription: set[str] = set()
+        self._paused: set[TopicPartition] = set()
         self._positions: dict[TopicPartition, int] = {}
         self._next = 0
         self._last_resolve: dict[TopicPartition, int] = {}
@@ -68,19 +86,49 @@ class Consumer:
         for tp in tps:
             self.log.partition_log(tp)  # validates topic and partition
         self._assignment = tps
+        self._subscription = set()
         self._positions = {tp: p for tp, p in self._positions.items() if tp in tps}
+        self._paused &= set(tps)
 
     def subscribe(self, topics: Iterable[str]) -> None:
         """Assign every partition of ``topics`` (no group rebalancing protocol)."""
         if isinstance(topics, str):
             topics = [topics]
+        topics = list(topics)
         self.assign([tp for t in topics for tp in self.log.partitions_for(t)])
+        self._subscription = set(topics)
 
     def unsubscribe(self) -> None:
         self.assign([])
 
     def assignment(self) -> set[TopicPartition]:
         return set(self._assignment)
+
+    def subscription(self) -> set[str]:
+        """The topics given to subscribe() (empty after assign() or unsubscribe())."""
+        return set(self._subscription)
+
+    def pause(self, partitions: Iterable[TopicPartition]) -> None:
+        """Stop fetching from ``partitions`` until resume(); positions are kept."""
+        tps = [TopicPartition(*tp) for tp in partitions]
+        for tp in tps:
+            self._require_assigned(tp, "pause()")
+        self._paused.update(tps)
+
+    def resume(self, partitions: Iterable[TopicPartition]) -> None:
+        tps = [TopicPartition(*tp) for tp in partitions]
+        for tp in tps:
+            self._require_assigned(tp, "resume()")
+        self._paused.difference_update(tps)
+
+    def paused(self) -> set[TopicPartition]:
+        return set(self._paused)
+
+    def _require_assigned(self, tp: TopicPartition, what: str) -> None:
+        if tp not in self._assignment:
+            raise UnassignedPartitionError(
+                f"{what}: partition {tp.topic}-{tp.partition} is not assigned to this "
+                "consumer; assign() or subscribe() to it first")
 
     # -- positions ------------------------------------------------------------------------
 
@@ -99,22 +147,31 @@ class Consumer:
         tp = TopicPartition(*tp)
         if offset < 0:
             raise ConfigError(f"seek offset must be >= 0, not {offset}")
+        self._require_assigned(tp, "seek()")
         self._positions[tp] = offset
 
     def seek_to_beginning(self, partitions: Iterable[TopicPartition] | None = None) -> None:
-        for tp in self._tps(partitions):
+        for tp in self._assigned(partitions, "seek_to_beginning()"):
             self._positions[tp] = self._state(tp, resolve=False).log_start_offset
 
     def seek_to_end(self, partitions: Iterable[TopicPartition] | None = None) -> None:
         """Moves to the LSO under read_committed, the high watermark otherwise (Kafka)."""
-        for tp in self._tps(partitions):
+        for tp in self._assigned(partitions, "seek_to_end()"):
             self._positions[tp] = self._state(tp).end_offset(self.isolation_level)
 
     def position(self, tp: TopicPartition) -> int:
         tp = TopicPartition(*tp)
+        self._require_assigned(tp, "position()")
         if tp not in self._positions:
             self._init_position(tp)
         return self._positions[tp]
+
+    def _assigned(self, partitions: Iterable[TopicPartition] | None,
+                  what: str) -> list[TopicPartition]:
+        tps = self._tps(partitions)
+        for tp in tps:
+            self._require_assigned(tp, what)
+        return tps
 
     def _tps(self, partitions: Iterable[TopicPartition] | None) -> list[TopicPartition]:
         return [TopicPartition(*tp) for tp in partitions] if partitions is not None \
@@ -131,10 +188,25 @@ class Consumer:
         elif self.auto_offset_reset == "latest":
             self.seek_to_end([tp])
         else:
-            from txlog.errors import OffsetOutOfRangeError
-
             raise OffsetOutOfRangeError(
                 f"no committed offset for {tp} and auto_offset_reset='none'")
+
+    def _reset_out_of_range(self, tp: TopicPartition, pos: int,
+                            st: PartitionState) -> tuple[int, PartitionState]:
+        """Kafka's OFFSET_OUT_OF_RANGE: a position past the high watermark (a seek, or a
+        committed offset of a recreated topic) or below the log start (removed by
+        retention) is reset by auto_offset_reset, or raises with 'none'."""
+        lo, hi = st.log_start_offset, st.high_watermark
+        if lo <= pos <= hi:
+            return pos, st
+        if self.auto_offset_reset == "none":
+            raise OffsetOutOfRangeError(
+                f"position {pos} of {tp.topic}-{tp.partition} is out of range (the log "
+                f"holds offsets {lo} to {hi}) and auto_offset_reset='none'; seek() to a "
+                "valid offset")
+        new = lo if self.auto_offset_reset == "earliest" else st.end_offset(self.isolation_level)
+        self._positions[tp] = new
+        return new, st
 
     # -- fetching -----------------------------------------------------------------------
 
@@ -187,8 +259,11 @@ class Consumer:
             if budget <= 0:
                 break
             tp = self._assignment[(self._next + i) % n]
+            if tp in self._paused:
+                continue
             pos = self.position(tp)
             st = self._state(tp)
+            pos, st = self._reset_out_of_range(tp, pos, st)
             spans, upper = st.plan_read(pos, None, self.isolation_level)
             if not spans:
                 moved[tp] = max(pos, upper)
@@ -249,11 +324,29 @@ class Consumer:
         plog.append(AppendSpec(kind="data", count=table.num_rows, data=key, nbytes=nbytes,
                                ts_min=now_ms(), ts_max=now_ms()))
 
-    def committed(self, partitions: Iterable[TopicPartition],
-                  ) -> dict[TopicPartition, int | None]:
+    def committed(self, partitions: Iterable[TopicPartition], *,
+                  timeout: float | None = None) -> dict[TopicPartition, int | None]:
+        """The group's committed offsets.  While an open transaction holds offsets of the
+        group for one of ``partitions`` (KIP-447), waits for it to commit or abort (or
+        time out), up to ``timeout`` seconds (default: default.api.timeout.ms), then
+        raises the retriable UnstableOffsetCommitError: the stale offset would make a
+        second worker process the same records again."""
         if self.group_id is None:
             raise InvalidTxnStateError("committed() needs a group_id")
-        return read_committed_offsets(self.log, self.group_id, partitions)
+        tps = [TopicPartition(*tp) for tp in partitions]
+        wait_s = self.default_api_timeout_ms / 1000 if timeout is None else timeout
+        deadline = time.monotonic() + wait_s
+        delay = 0.02
+        while True:
+            try:
+                return read_committed_offsets(self.log, self.group_id, tps,
+                                              require_stable=True)
+            except UnstableOffsetCommitError:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise
+                time.sleep(min(delay, left))
+                delay = min(delay * 2, 0.5)
 
     def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         return {tp: self._state(tp, resolve=False).log_start_offset

@@ -12,6 +12,8 @@ fenced and aborted.
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
@@ -27,19 +29,21 @@ from txlog.partition_log import AppendSpec
 from txlog.producer_ids import ProducerIdAllocator
 from txlog.records import TopicPartition, now_ms
 from txlog.state_log import StateLog, StateLogPartition
+from txlog.store_clock import StoreClock
 from txlog.txn_state import (
     COMPLETE,
     COMPLETE_ABORT,
     COMPLETE_COMMIT,
+    DEAD,
     EMPTY,
     ONGOING,
     PREPARE_ABORT,
     PREPARE_COMMIT,
-    PREPARE_EPOCH_FENCE,
     PREPARING,
     PendingAppend,
     TxnRecord,
     bump_epoch,
+    check_timeout,
     needs_new_producer_id,
 )
 
@@ -49,11 +53,55 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+def max_transaction_timeout_ms(txlog: Log) -> int:
+    """transaction.max.timeout.ms for the root (the one place it is read)."""
+    return int(txlog.config["transaction.max.timeout.ms"])
+
+
 class Coordinator:
     def __init__(self, txlog: Log) -> None:
         self.log = txlog
         self.state_log = StateLog(txlog.store, txlog.config["transaction.state.log.num.partitions"])
         self.pids = ProducerIdAllocator(txlog.store)
+        self.clock = StoreClock(txlog.store)
+        # Open transactions this client has seen, by (txn_id, producer id, epoch): when it
+        # first saw each, on its monotonic clock (used where the store gives no times).
+        self._watched: dict[tuple[str, int, int], float] = {}
+        self._watch_lock = threading.Lock()
+
+    # -- timeouts ----------------------------------------------------------------------
+
+    def expired(self, rec: TxnRecord, *, owner: bool = False) -> bool:
+        """Whether the open transaction ``rec`` ran past its timeout, judged so that no
+        client's wall clock matters: on the store's clock, from the stamp of the state-log
+        object that began it; where the store gives no times, only once this client has
+        itself watched it open for the whole timeout on its monotonic clock.  A timeout
+        above transaction.max.timeout.ms (stored before the limit) counts as the limit.
+
+        ``owner``: the caller began ``rec`` itself, so its own wall clock is a fair first
+        filter (it saves the store requests on every call while the transaction is young).
+        """
+        if rec.state != ONGOING:
+            return False
+        timeout = min(rec.timeout_ms, max_transaction_timeout_ms(self.log))
+        if owner and now_ms() - rec.txn_start_ms <= timeout:
+            return False
+        age: float | None = None
+        if rec.start_slot >= 0:
+            part = self.state_log.partition_for(rec.txn_id)
+            age = self.clock.age_ms(part.entry_key(rec.start_slot))
+        if age is None:
+            age = self._watched_ms(rec)
+        return age > timeout
+
+    def _watched_ms(self, rec: TxnRecord) -> float:
+        key = (rec.txn_id, rec.producer_id, rec.epoch)
+        now = time.monotonic()
+        with self._watch_lock:
+            if len(self._watched) > 10_000:
+                self._watched.clear()
+            first = self._watched.setdefault(key, now)
+        return (now - first) * 1000
 
     def record(self, txn_id: str) -> TxnRecord | None:
         part = self.state_log.partition_for(txn_id)
@@ -64,18 +112,19 @@ class Coordinator:
 
     def init_producer_id(self, txn_id: str, timeout_ms: int) -> tuple[int, int]:
         """Fence any earlier instance and return this instance's (producer id, epoch)."""
+        check_timeout(timeout_ms, max_transaction_timeout_ms(self.log))
         part = self.state_log.partition_for(txn_id)
         while True:
             part.refresh()
             cur = part.get(txn_id)
             now = now_ms()
-            if cur is None:
+            if cur is None or cur.state == DEAD:
                 new = TxnRecord(txn_id, self.pids.allocate(), 0, EMPTY, timeout_ms,
                                 last_update_ms=now)
             elif cur.state in PREPARING:
                 self._complete(cur)
                 continue
-            elif cur.state in (ONGOING, PREPARE_EPOCH_FENCE):
+            elif cur.state == ONGOING:
                 # A previous instance's transaction is open: fence it and abort it.
                 prep = cur.transition(PREPARE_ABORT, abort_reason="fenced", last_update_ms=now)
                 if part.compare_and_set(txn_id, cur, prep):
@@ -111,7 +160,7 @@ class Coordinator:
                 raise InvalidTxnStateError(
                     f"transaction of {txn_id!r} is completing; begin a new one first")
             if cur.state == ONGOING:
-                if cur.expired(now):
+                if self.expired(cur, owner=True):
                     self.abort_if_expired(txn_id)
                     raise self._timeout_error(txn_id)
                 merged = tuple(sorted(set(cur.partitions) | set(wanted)))
@@ -207,7 +256,7 @@ class Coordinator:
                 return cur
             if cur.state != ONGOING:
                 raise InvalidTxnStateError(f"transaction of {txn_id!r} is {cur.state}")
-            if commit and cur.expired(now):
+            if commit and self.expired(cur, owner=True):
                 self.abort_if_expired(txn_id)
                 raise self._timeout_error(txn_id)
             prep = cur.transition(PREPARE_COMMIT if commit else PREPARE_ABORT,
@@ -329,7 +378,7 @@ class Coordinator:
             if cur.state in PREPARING:
                 self._complete(cur)
                 return True
-            if cur.state == ONGOING and cur.expired(now_ms()):
+            if cur.state == ONGOING and self.expired(cur):
                 prep = cur.transition(PREPARE_ABORT, abort_reason="timeout",
                                       last_update_ms=now_ms())
                 if part.compare_and_set(txn_id, cur, prep):
@@ -351,7 +400,7 @@ class Coordinator:
                 self._complete(rec)
                 return True
             if rec.state == ONGOING:
-                if rec.expired(now_ms()):
+                if self.expired(rec):
                     return self.abort_if_expired(rec.txn_id)
                 return False  # open and in time: it holds the LSO, as in Kafka
         # The transaction (producer_id, epoch) is over, yet this partition has no marker
@@ -363,10 +412,35 @@ class Coordinator:
         """Maintenance: roll forward every Prepare*, abort every expired transaction."""
         acted = []
         for rec in self.state_log.all_records():
-            if (rec.state in PREPARING or rec.expired(now_ms())) \
+            if (rec.state in PREPARING or self.expired(rec)) \
                     and self.abort_if_expired(rec.txn_id):
                 acted.append(rec.txn_id)
         return acted
+
+    def expire_transactional_ids(self, now: int | None = None) -> list[str]:
+        """Maintenance: forget every transactional.id idle (Empty or Complete*) for longer
+        than transactional.id.expiration.ms, as Kafka's coordinator does: a Dead record
+        removes it from the state log, and its next init_transactions() gets a new
+        producer id.  Idle time is by this client's clock against the last update's:
+        the limit is days (7 by default), far beyond any clock skew that matters."""
+        limit = int(self.log.config["transactional.id.expiration.ms"])
+        now = now_ms() if now is None else now
+        gone = []
+        for rec in self.state_log.all_records():
+            if rec.state not in COMPLETE or now - rec.last_update_ms <= limit:
+                continue
+            part = self.state_log.partition_for(rec.txn_id)
+
+            def decide(cur: TxnRecord | None) -> TxnRecord | None:
+                if cur is None or cur.state not in COMPLETE \
+                        or now - cur.last_update_ms <= limit:
+                    return None  # (a producer used it meanwhile)
+                return cur.transition(DEAD, last_update_ms=now, partitions=())
+
+            new = part.update(rec.txn_id, decide)
+            if new is not None and new.state == DEAD:
+                gone.append(rec.txn_id)
+        return gone
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -374,7 +448,9 @@ class Coordinator:
     def _check_owner(txn_id: str, cur: TxnRecord | None, producer_id: int, epoch: int) -> None:
         if cur is None:
             raise InvalidTxnStateError(
-                f"transactional.id {txn_id!r} is not initialised; call init_transactions()")
+                f"transactional.id {txn_id!r} is not initialised (or it expired after "
+                "transactional.id.expiration.ms idle); create a producer and call "
+                "init_transactions()")
         if (cur.producer_id, cur.epoch) != (producer_id, epoch):
             if (cur.prev_producer_id, cur.prev_epoch) == (producer_id, epoch) and \
                     cur.state == COMPLETE_ABORT and cur.abort_reason == "timeout":

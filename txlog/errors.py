@@ -13,6 +13,8 @@ class TxlogError(Exception):
     #: True when the caller may abort the current transaction and carry on (Kafka's
     #: "abortable" errors); False for fatal errors after which the producer must be closed.
     abortable: bool = False
+    #: True when the same call may simply be retried later (Kafka's retriable errors).
+    retriable: bool = False
 
 
 # --- storage -------------------------------------------------------------------------
@@ -74,7 +76,19 @@ class SchemaMismatchError(TxlogError, ValueError):
 
 
 class OffsetOutOfRangeError(TxlogError):
-    """A fetch position lies outside [log start offset, high watermark]."""
+    """A fetch position lies outside [log start offset, high watermark] and
+    ``auto_offset_reset`` is ``none`` (or no committed offset exists to start from)."""
+
+
+class UnassignedPartitionError(TxlogError, ValueError):
+    """seek() or position() named a partition this consumer is not assigned."""
+
+
+class UnstableOffsetCommitError(TxlogError):
+    """A transaction holds pending offsets for the group (KIP-447): the committed offset
+    is not settled yet.  Retriable: call committed() again once the transaction ends."""
+
+    retriable = True
 
 
 # --- producers and transactions ------------------------------------------------------
@@ -89,6 +103,10 @@ class ProducerFencedError(TxlogError):
 
 class InvalidProducerEpochError(ProducerFencedError):
     """A request carried an epoch older than the current one (the producer was fenced)."""
+
+
+class InvalidTransactionTimeoutError(ConfigError):
+    """transaction.timeout.ms is below 1 or above transaction.max.timeout.ms."""
 
 
 class InvalidTxnStateError(TxlogError):
@@ -115,8 +133,10 @@ class ConcurrentTransactionsError(TxlogError):
     abortable = True
 
 
-class UnknownProducerIdError(TxlogError):
-    """The producer id is not known (its state expired)."""
+class UnknownProducerIdError(OutOfOrderSequenceError):
+    """The partition keeps no sequence state for the producer id (it expired after
+    producer.id.expiration.ms without a write there) and the batch does not start at
+    sequence 0.  An idempotent producer starts afresh with a new producer id."""
 
 
 class TransactionalIdNotFoundError(TxlogError, KeyError):

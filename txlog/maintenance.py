@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -33,6 +33,7 @@ class PartitionReport:
     dropped_aborted_batches: int = 0
     segments_written: int = 0
     objects_deleted: int = 0
+    expired_producers: int = 0
     checkpoint: str | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -43,9 +44,12 @@ class PartitionReport:
 class MaintenanceReport:
     swept_transactions: list[str] = field(default_factory=list)
     partitions: list[PartitionReport] = field(default_factory=list)
+    # transactional.ids forgotten after transactional.id.expiration.ms idle
+    expired_transactional_ids: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {"swept_transactions": self.swept_transactions,
+                "expired_transactional_ids": self.expired_transactional_ids,
                 "partitions": [p.to_json() for p in self.partitions]}
 
 
@@ -93,6 +97,22 @@ def apply_retention(txlog: Log, tp: TopicPartition, now: int | None = None) -> i
 def _delay(txlog: Log, tp: TopicPartition) -> int:
     return int(txlog.topic(tp.topic).config.get("file.delete.delay.ms",
                                                 txlog.config["file.delete.delay.ms"]))
+
+
+def expire_producers(st: PartitionState, expiration_ms: int, now: int) -> PartitionState:
+    """Pure: ``st`` without the sequence state of producers that wrote nothing here for
+    ``expiration_ms`` and have no transaction open here (Kafka's producer.id.expiration.ms,
+    KIP-854), for the checkpoint: it would otherwise keep every producer id ever seen.
+    A producer that comes back is told its id is unknown and starts afresh."""
+    if expiration_ms < 0:
+        return st
+    busy = {pid for pid, _ in st.open_txns}
+    gone = {pid for pid, p in st.producers.items()
+            if pid not in busy and p.last_ms < now - expiration_ms}
+    if not gone:
+        return st
+    return replace(st, producers={k: v for k, v in st.producers.items() if k not in gone},
+                   fence_epoch={k: v for k, v in st.fence_epoch.items() if k not in gone})
 
 
 def plan_compaction(st: PartitionState, segment_bytes: int) -> list[tuple[int, int]]:
@@ -205,9 +225,11 @@ def purge(txlog: Log, tp: TopicPartition, now: int | None = None) -> int:
 def maintain(txlog: Log, topics: list[str] | None = None, *, compact: bool = True,
              progress: Callable[[int, int, str], None] | None = None,
              now: int | None = None) -> MaintenanceReport:
-    """The whole sweep: finish or abort stuck transactions, then per partition retention,
-    compaction, purge of expired objects and a fresh checkpoint."""
+    """The whole sweep: finish or abort stuck transactions, forget idle transactional.ids,
+    then per partition retention, compaction, purge of expired objects and a fresh
+    checkpoint."""
     report = MaintenanceReport(swept_transactions=txlog.coordinator.sweep())
+    report.expired_transactional_ids = txlog.coordinator.expire_transactional_ids(now)
     names = topics if topics is not None else txlog.list_topics(internal=True)
     tps = [tp for t in names for tp in txlog.partitions_for(t)]
     for n, tp in enumerate(tps):
@@ -221,7 +243,12 @@ def maintain(txlog: Log, topics: list[str] | None = None, *, compact: bool = Tru
         if compact:
             compact_partition(txlog, tp, pr)
         pr.objects_deleted = purge(txlog, tp, now)
-        pr.checkpoint = txlog.partition_log(tp).write_checkpoint()
+        plog = txlog.partition_log(tp)
+        st = plog.refresh()
+        kept = expire_producers(st, int(txlog.config["producer.id.expiration.ms"]),
+                                now if now is not None else now_ms())
+        pr.expired_producers = len(st.producers) - len(kept.producers)
+        pr.checkpoint = plog.write_checkpoint(kept)
         report.partitions.append(pr)
     if progress:
         progress(len(tps), len(tps), "done")

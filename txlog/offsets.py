@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from txlog.errors import ConfigError
+from txlog.errors import ConfigError, UnstableOffsetCommitError
 from txlog.names import CONSUMER_OFFSETS_TOPIC
-from txlog.partition_state import READ_UNCOMMITTED, VISIBLE
+from txlog.partition_state import OPEN, READ_UNCOMMITTED, VISIBLE
 from txlog.records import TopicPartition, kafka_table, now_ms
 
 if TYPE_CHECKING:
@@ -43,10 +43,14 @@ def encode_offset_commits(group_id: str, offsets: Mapping[TopicPartition, int]) 
     return kafka_table(rows)
 
 
-def read_committed_offsets(txlog: Log, group_id: str, tps: Iterable[TopicPartition],
-                           ) -> dict[TopicPartition, int | None]:
+def read_committed_offsets(txlog: Log, group_id: str, tps: Iterable[TopicPartition], *,
+                           require_stable: bool = False) -> dict[TopicPartition, int | None]:
     """Latest committed offset per partition: scans the group's offsets partition from its
-    newest visible batch backwards and stops once every asked partition is found."""
+    newest visible batch backwards and stops once every asked partition is found.
+
+    ``require_stable`` (KIP-447): raise UnstableOffsetCommitError while an open
+    transaction holds offsets of the group for an asked partition, instead of answering
+    with the offset that transaction is about to replace."""
     wanted = {TopicPartition(*tp): _key(group_id, TopicPartition(*tp)) for tp in tps}
     out: dict[TopicPartition, int | None] = dict.fromkeys(wanted)
     if not wanted:
@@ -61,8 +65,18 @@ def read_committed_offsets(txlog: Log, group_id: str, tps: Iterable[TopicPartiti
     # still open in this offsets partition must not hide this group's later commits (a
     # restarted consume-transform-produce client would process its input twice).
     spans, _ = st.plan_read(st.log_start_offset, None, READ_UNCOMMITTED)
-    spans = [s for s in spans if s.status in VISIBLE]
     by_key = {v: k for k, v in wanted.items()}
+    if require_stable:
+        for span in (s for s in spans if s.status == OPEN):
+            keys = plog.read_span(span, ["key"]).column("key").to_pylist()
+            held = sorted({f"{tp.topic}-{tp.partition}" for k in keys
+                           if (tp := by_key.get(k)) is not None})
+            if held:
+                raise UnstableOffsetCommitError(
+                    f"group {group_id!r}: an open transaction (producer {span.producer_id}) "
+                    f"holds offsets for {', '.join(held)}; call committed() again once it "
+                    "commits or aborts")
+    spans = [s for s in spans if s.status in VISIBLE]
     missing = set(wanted)
     for span in reversed(spans):
         table = plog.read_span(span, ["key", "value"])

@@ -28,6 +28,7 @@ from txlog.errors import (
     InvalidProducerEpochError,
     OutOfOrderSequenceError,
     ProducerFencedError,
+    UnknownProducerIdError,
 )
 from txlog.model import ABORT, BEGIN, COMMIT, COMPACT, DATA, PARTS, PURGE, RETENTION, Entry
 
@@ -375,6 +376,11 @@ class PartitionState:
                 f"producer {producer_id} epoch {epoch} is older than the epoch {p.epoch} "
                 "already written to this partition: this producer was fenced"
             )
+        if p is None and base_sequence != 0:
+            raise UnknownProducerIdError(
+                f"producer {producer_id} sent sequence {base_sequence}, but this partition "
+                "keeps no state for it (expired after producer.id.expiration.ms, or never "
+                "written): start again from sequence 0 with a new producer id")
         if p is None or epoch > p.epoch:
             if base_sequence != 0:
                 raise OutOfOrderSequenceError(

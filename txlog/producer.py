@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import enum
 import logging
 import threading
@@ -69,7 +70,9 @@ from txlog.errors import (
     InvalidTxnStateError,
     ProducerFencedError,
     StorageError,
+    TransactionTimeoutError,
     TxlogError,
+    UnknownProducerIdError,
 )
 from txlog.metrics import record_end_txn
 from txlog.model import BEGIN, DATA
@@ -87,7 +90,7 @@ from txlog.records import (
     now_ms,
     ts_range,
 )
-from txlog.txn_state import PREPARE_COMMIT, PendingAppend, PendingPart
+from txlog.txn_state import PREPARE_ABORT, PREPARE_COMMIT, PendingAppend, PendingPart
 
 if TYPE_CHECKING:
     from txlog.log import Log
@@ -443,6 +446,11 @@ class Producer:
         # every producer is faster than with less, at the cost of a blocking commit
         # waiting for more queued data (docs/benchmarks.md).
         self.buffer_memory = max(int(cfg["buffer.memory"]), 2 * self.batch_size)
+        if transactional_id is not None and not cfg["enable.idempotence"]:
+            raise ConfigError(
+                "a transactional producer needs enable.idempotence=true (transactions are "
+                "built on producer ids and sequence numbers); drop enable.idempotence=false "
+                "or the transactional_id")
         self.idempotent = bool(cfg["enable.idempotence"]) or transactional_id is not None
         self.timeout_ms = int(cfg["transaction.timeout.ms"])
         self.retries = int(cfg["retries"])
@@ -560,20 +568,16 @@ class Producer:
         """Register this instance as the owner of its transactional.id, fencing older ones
         and completing or aborting whatever they left open."""
         self._require_txn()
-        if self.state not in (State.UNINITIALIZED, State.READY):
-            raise InvalidTxnStateError(f"init_transactions() in state {self.state.value}")
+        if self.state is not State.UNINITIALIZED:
+            # As Kafka's client: an instance initialises once (a second call would fence
+            # this very instance's open transaction); create a new producer instead.
+            raise InvalidTxnStateError(
+                f"init_transactions() was already called (state {self.state.value}); it "
+                "runs once per producer")
         assert self.transactional_id is not None
-        self._try_settle()  # if that fails, init_producer_id rolls it forward itself
         self.producer_id, self.epoch = self.log.coordinator.init_producer_id(
             self.transactional_id, self.timeout_ms)
         self._seq.clear()
-        with self._settle_lock:  # init_producer_id rolled any decided commit forward
-            c, self._completing = self._completing, None
-        if c is not None:
-            _resolve(c.markers)
-            self._resolve_appended(c)
-        with self._qlock:  # a fresh start: an old failure no longer skips steps
-            self._pipeline_error, self._pipeline_error_raised = None, False
         self.state = State.READY
 
     def begin_transaction(self) -> None:
@@ -696,6 +700,20 @@ class Producer:
         with self._lock:
             self._check_sends_open("add_partitions_to_transaction()")
             self._guard(lambda: self._register(tps))
+
+    def partitions_for(self, topic: str) -> list[TopicPartition]:
+        """The partitions of ``topic`` (raises UnknownTopicError if there is none)."""
+        return self.log.partitions_for(topic)
+
+    def metrics(self) -> dict[str, Any]:
+        """This producer's state and queue, with the root's store and transaction metrics
+        (``Log.metrics()``) under ``"log"``."""
+        with self._qlock:
+            queued_bytes, queued_steps = self._queued_bytes, self._queued_steps
+        return {"transactional_id": self.transactional_id, "state": self.state.value,
+                "producer_id": self._producer_id, "epoch": self._epoch,
+                "queued_bytes": queued_bytes, "queued_writes": queued_steps,
+                "pending_partitions": len(self._pending), "log": self.log.metrics()}
 
     def send_app_version(self, app_id: str, version: int) -> None:
         """Record, inside this transaction, that ``app_id`` committed ``version`` (Delta's
@@ -1870,7 +1888,19 @@ class Producer:
             txn_id=self.transactional_id, data=key, nbytes=nbytes, ts_min=ts_min,
             ts_max=ts_max, untimed=untimed, parts=parts)
         try:
-            res = self._append_with_retries(plog, spec)
+            try:
+                res = self._append_with_retries(plog, spec)
+            except UnknownProducerIdError:
+                if self.transactional_id is not None:
+                    raise
+                # The partition forgot this producer (producer.id.expiration.ms): start
+                # afresh with a new producer id, as Kafka's client does (KIP-360).
+                self.producer_id = self.log.coordinator.pids.allocate()
+                self._seq.clear()
+                seq = 0
+                spec = dataclasses.replace(spec, producer_id=self.producer_id,
+                                           base_sequence=0)
+                res = self._append_with_retries(plog, spec)
         except Exception:
             if self.idempotent and self.transactional_id is None:
                 self._reset_pid = True
@@ -1885,6 +1915,33 @@ class Producer:
     def _append_with_retries(self, plog: PartitionLog, spec: AppendSpec) -> AppendResult:
         """Retry an append whose outcome is unknown: the same sequence numbers make a
         retry of a batch that did land come back as a duplicate with its first offsets."""
+        try:
+            return self._append_retrying(plog, spec)
+        except ProducerFencedError as exc:
+            self._raise_if_timed_out(spec, exc)
+            raise
+
+    def _raise_if_timed_out(self, spec: AppendSpec, exc: ProducerFencedError) -> None:
+        """A partition refuses a write of a transaction that another client aborted for
+        its timeout (the ABORT marker raised the partition's epoch): that is not a newer
+        instance, so raise the abortable timeout error that commit would raise."""
+        if self.transactional_id is None or not spec.transactional:
+            return
+        try:
+            rec = self.log.coordinator.record(self.transactional_id)
+        except Exception:
+            return  # keep the fencing error: it is not known to be a timeout
+        if rec is None or rec.abort_reason != "timeout":
+            return
+        mine = (spec.producer_id, spec.epoch)
+        if ((rec.producer_id, rec.epoch) == mine and rec.state == PREPARE_ABORT) \
+                or ended_as(rec, *mine) == "abort":
+            raise TransactionTimeoutError(
+                f"the transaction of {self.transactional_id!r} ran past "
+                f"transaction.timeout.ms ({rec.timeout_ms} ms) and was aborted by another "
+                "client; call abort_transaction() and start again") from exc
+
+    def _append_retrying(self, plog: PartitionLog, spec: AppendSpec) -> AppendResult:
         delay = 0.05
         for attempt in range(self.retries + 1):
             try:
@@ -1979,15 +2036,26 @@ class Producer:
             raise InvalidTxnStateError("send() on a closed producer")
 
     def close(self, timeout: float | None = None) -> None:
+        """Write what is queued, finish the last commit and, as Kafka's client does on a
+        graceful close, abort a transaction left open (else it would hold the LSO of
+        every partition it wrote until its timeout).  ``timeout`` (seconds) bounds the
+        wait: once it passes, or with 0, the producer closes at once, and an open
+        transaction is left for readers or ``txlog maintain`` to abort after its
+        timeout (Kafka's forced close)."""
         if self.state == State.CLOSED:
             return
         with self._lock:  # what is sent from here on would miss the flush below
             self._sends_closed = _CLOSING
+        finished = True
         try:
-            if self.transactional_id is None:
-                self.flush()
+            if timeout is None:
+                self._close_work()
             else:
-                self._close_settle()
+                finished = timeout > 0 and _run_bounded(self._close_work, timeout)
+                if not finished:
+                    _log.warning("close(timeout=%s): closing without waiting; anything "
+                                 "still open is aborted after transaction.timeout.ms",
+                                 timeout)
         finally:
             with self._lock:
                 self._fail_batches(list(self._pending.values()),
@@ -1997,12 +2065,33 @@ class Producer:
                 self._sends_closed = "the producer is closed"
                 if self._wake is not None:
                     self._wake.notify_all()  # the linger thread ends
-            if self._lingerer is not None:
+            if self._lingerer is not None and finished:
                 self._lingerer.join()
             if self._committer is not None:
-                self._committer.shutdown(wait=True)
+                self._committer.shutdown(wait=finished)  # (queued steps still resolve)
             if self._writer is not None:  # (its last steps may have started it just now)
-                self._writer.shutdown(wait=True)
+                self._writer.shutdown(wait=finished)
+
+    def _close_work(self) -> None:
+        if self.transactional_id is None:
+            self.flush()
+            return
+        self._close_settle()
+        if self.state in (State.IN_TRANSACTION, State.ABORTABLE_ERROR):
+            _log.info("close(): aborting the open transaction of %r", self.transactional_id)
+            with self._lock:
+                self._fail_batches(list(self._pending.values()), InvalidTxnStateError(
+                    "the producer was closed before the batch was sent; its transaction "
+                    "was aborted"))
+                self._pending.clear()
+            with self._qlock:
+                self._tails.clear()
+            try:
+                self._abort_now()
+            except Exception as exc:
+                _log.warning("close(): the open transaction of %r could not be aborted "
+                             "(%s); readers and `txlog maintain` abort it after "
+                             "transaction.timeout.ms", self.transactional_id, exc)
 
     def _close_settle(self) -> None:
         """Leave no commit in PrepareCommit behind, if the store lets us; if not, any
@@ -2022,6 +2111,27 @@ class Producer:
 
 
 
+
+
+def _run_bounded(fn: Callable[[], None], timeout: float) -> bool:
+    """Run ``fn`` on a helper thread for up to ``timeout`` seconds; True if it finished
+    (its error is raised here), False if it is still running (it goes on by itself)."""
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            fn()
+        except BaseException as exc:
+            failure.append(exc)
+
+    t = threading.Thread(target=run, name="txlog-close", daemon=True)
+    t.start()
+    t.join(timeout)
+    if t.is_alive():
+        return False
+    if failure:
+        raise failure[0]
+    return True
 
 
 def _find_objects(st: PartitionState, keys: list[str]) -> dict[str, int]:

@@ -13,12 +13,13 @@ import logging
 import threading
 import zlib
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from txlog.errors import CorruptObjectError, ObjectNotFoundError, UnsupportedFormatError
 from txlog.model import new_token
 from txlog.storage.base import ObjectStore
-from txlog.txn_state import TxnRecord
+from txlog.txn_state import DEAD, ONGOING, TxnRecord
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +42,10 @@ class StateLogPartition:
         self.next_slot = 0
         self.loaded = False
         self._lock = threading.RLock()  # shared by the threads of one Log
+
+    def entry_key(self, slot: int) -> str:
+        """The object that holds slot ``slot``'s record."""
+        return self._entry_key(slot)
 
     def _entry_key(self, slot: int) -> str:
         return f"{self.prefix}log/{slot // BUCKET:06d}/{slot:012d}.json"
@@ -70,8 +75,7 @@ class StateLogPartition:
         if not isinstance(d.get("record"), dict):
             raise CorruptObjectError(
                 f"state-log object {self._entry_key(slot)} holds no transaction record")
-        rec = TxnRecord.from_json(d["record"], self._entry_key(slot))
-        self.records[rec.txn_id] = rec
+        self._set(TxnRecord.from_json(d["record"], self._entry_key(slot)))
         self.next_slot = slot + 1
 
     @staticmethod
@@ -106,6 +110,14 @@ class StateLogPartition:
                 log.warning("ignoring unreadable state-log checkpoint %s: %s", key, exc)
         self.records, self.next_slot = {}, 0
 
+    def _set(self, rec: TxnRecord) -> None:
+        # A Dead record is a tombstone: the transactional.id is forgotten, and its next
+        # init_transactions() starts afresh with a new producer id.
+        if rec.state == DEAD:
+            self.records.pop(rec.txn_id, None)
+        else:
+            self.records[rec.txn_id] = rec
+
     def get(self, txn_id: str) -> TxnRecord | None:
         return self.records.get(txn_id)
 
@@ -130,10 +142,15 @@ class StateLogPartition:
             if self.records.get(txn_id) != expected:
                 return False
             slot = self.next_slot
+            stored = self.records.get(txn_id)
+            if new.begins_transaction_after(stored):
+                new = replace(new, start_slot=slot)
+            elif stored is not None and new.state == ONGOING:
+                new = replace(new, start_slot=stored.start_slot)
             payload = json.dumps({"v": VERSION, "slot": slot, "token": new_token(),
                                   "record": new.to_json()}, separators=(",", ":")).encode()
             if self.store.put_if_absent(self._entry_key(slot), payload):
-                self.records[txn_id] = new
+                self._set(new)
                 self.next_slot = slot + 1
                 if self.next_slot % CHECKPOINT_INTERVAL == 0:
                     self._checkpoint()

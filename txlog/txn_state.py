@@ -9,7 +9,12 @@ import json
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, NamedTuple
 
-from txlog.errors import CorruptObjectError, InvalidTxnStateError, UnsupportedFormatError
+from txlog.errors import (
+    CorruptObjectError,
+    InvalidTransactionTimeoutError,
+    InvalidTxnStateError,
+    UnsupportedFormatError,
+)
 
 EMPTY = "Empty"
 ONGOING = "Ongoing"
@@ -17,8 +22,11 @@ PREPARE_COMMIT = "PrepareCommit"
 PREPARE_ABORT = "PrepareAbort"
 COMPLETE_COMMIT = "CompleteCommit"
 COMPLETE_ABORT = "CompleteAbort"
+# Written by maintenance for a transactional.id idle past transactional.id.expiration.ms:
+# the state log then forgets the id, and its next init_transactions() gets a new producer
+# id.  (Kafka's PrepareEpochFence is not a state here: fencing an open transaction bumps
+# no epoch of its own, it persists PrepareAbort with abort_reason "fenced" at once.)
 DEAD = "Dead"
-PREPARE_EPOCH_FENCE = "PrepareEpochFence"
 
 # Kafka's TransactionState.validPreviousStates, and Ongoing after PrepareCommit.
 VALID_PREVIOUS: dict[str, frozenset[str]] = {
@@ -28,11 +36,10 @@ VALID_PREVIOUS: dict[str, frozenset[str]] = {
     # (Coordinator.complete_into_next); the record then names the commit in prev_*.
     ONGOING: frozenset({ONGOING, EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT, PREPARE_COMMIT}),
     PREPARE_COMMIT: frozenset({ONGOING}),
-    PREPARE_ABORT: frozenset({ONGOING, PREPARE_EPOCH_FENCE}),
+    PREPARE_ABORT: frozenset({ONGOING}),
     COMPLETE_COMMIT: frozenset({PREPARE_COMMIT}),
     COMPLETE_ABORT: frozenset({PREPARE_ABORT}),
     DEAD: frozenset({EMPTY, COMPLETE_ABORT, COMPLETE_COMMIT}),
-    PREPARE_EPOCH_FENCE: frozenset({ONGOING}),
 }
 STATES = frozenset(VALID_PREVIOUS)
 PREPARING = frozenset({PREPARE_COMMIT, PREPARE_ABORT})
@@ -94,6 +101,10 @@ class TxnRecord:
     # decision then needs no DATA entry before it: the objects are durable, and whoever
     # rolls the commit forward appends them with the markers.
     pending: tuple[PendingAppend, ...] = ()
+    # The state-log slot whose record began the open transaction: the store's stamp on
+    # that object is when the transaction began on the store's clock (store_clock.py).
+    # Set by the state log as it writes the record; -1 if unknown (older records).
+    start_slot: int = field(default=-1, compare=False)
 
     def transition(self, state: str, **changes: Any) -> TxnRecord:
         if state not in STATES:
@@ -108,7 +119,15 @@ class TxnRecord:
         return replace(self, state=state, **changes)
 
     def expired(self, now_ms: int) -> bool:
+        """Past the timeout by the wall clock ``now_ms`` (a display and a first filter
+        only: the coordinator decides on the store's clock)."""
         return self.state == ONGOING and now_ms > self.txn_start_ms + self.timeout_ms
+
+    def begins_transaction_after(self, prev: TxnRecord | None) -> bool:
+        """True if this record opens a transaction that ``prev`` did not have open."""
+        return self.state == ONGOING and (
+            prev is None or prev.state != ONGOING
+            or (prev.producer_id, prev.epoch) != (self.producer_id, self.epoch))
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -146,6 +165,7 @@ class TxnRecord:
                 prev_outcome=str(d.get("prev_outcome", "")),
                 extra=dict(d.get("extra") or {}),
                 pending=_pending_of(d.get("pending") or []),
+                start_slot=int(d.get("start_slot", -1)),
             )
         except (KeyError, TypeError, ValueError, OverflowError) as exc:
             raise CorruptObjectError(f"transaction record in {where} is invalid: {exc}") from None
@@ -174,6 +194,16 @@ def _pending_of(raw: list[Any]) -> tuple[PendingAppend, ...]:
             raise ValueError(f"invalid pending append to {topic!r}")
         out.append(PendingAppend(topic, partition, seq, tuple(ps)))
     return tuple(out)
+
+
+def check_timeout(timeout_ms: int, max_timeout_ms: int) -> None:
+    """Refuse a transaction.timeout.ms outside [1, transaction.max.timeout.ms], as Kafka's
+    coordinator answers INVALID_TRANSACTION_TIMEOUT."""
+    if not 1 <= timeout_ms <= max_timeout_ms:
+        raise InvalidTransactionTimeoutError(
+            f"transaction.timeout.ms must be from 1 to transaction.max.timeout.ms "
+            f"({max_timeout_ms}), not {timeout_ms}; choose a smaller timeout (or raise "
+            "transaction.max.timeout.ms for the whole root)")
 
 
 def bump_epoch(rec: TxnRecord, new_producer_id: int | None) -> tuple[int, int]:

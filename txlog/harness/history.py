@@ -9,16 +9,17 @@ from __future__ import annotations
 import json
 import os
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from txlog.harness.clock import real_time_ns
 
 HISTORY_SUFFIX = ".history.jsonl"
 
 
 def now_ms() -> int:
-    return time.time_ns() // 1_000_000
+    return real_time_ns() // 1_000_000  # unshifted by the clock-skew nemesis
 
 
 class Recorder:

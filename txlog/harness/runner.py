@@ -11,7 +11,10 @@ everything, check.
    the interesting interleavings common.
 3. The nemesis, driven by the history's seed, SIGKILLs random clients (they are restarted
    at once as a new incarnation) and starts zombies: extra processes with the
-   transactional.id of a live producer.
+   transactional.id of a live producer.  With ``clock_skew_ms``, every client process
+   starts with its wall clock shifted by -skew, 0 or +skew (drawn per process), so
+   transaction timeouts, append times and deletion delays are judged by clients whose
+   clocks disagree (:mod:`txlog.harness.clock`).
 4. After ``duration`` the clients stop by themselves (stragglers are SIGKILLed and
    reported as hung); then, without faults, the sweep runs and every partition's LSO is
    resolved until it reaches the high watermark (or ``settle_timeout`` passes: a stuck
@@ -74,6 +77,9 @@ class HistoryConfig:
     state_checkpoint_interval: int = 15  # state-log checkpoints every N records (200)
     nemesis_every: float = 0.8  # mean seconds between nemesis actions (0: no nemesis)
     max_zombies: int = 2  # extra processes sharing a live transactional.id
+    # Clients' wall clocks run this far ahead or behind (one of -skew, 0, +skew per
+    # process); 0: every clock right.  Two minutes: well past the transaction timeout.
+    clock_skew_ms: int = 120_000
     txn_timeout_ms: int = 1500
     faults: dict[str, dict[str, float]] | None = field(
         default_factory=lambda: {k: dict(v) for k, v in DEFAULT_FAULTS.items()})
@@ -141,11 +147,16 @@ class _Run:
         self.killed_pids: set[int] = set()
         self.nemesis: Recorder | None = None
         self.until = 0.0
+        # Its own generator: the kill schedule stays what the seed gave before.
+        self.skew_rng = random.Random(f"{cfg.seed}:clock")
+        self.skews: dict[str, int] = {}
 
     # -- processes ---------------------------------------------------------------------------
 
     def spawn(self, name: str, role: str, incarnation: int, **extra: Any) -> _Proc:
         self.uid += 1
+        skew = self.skew_rng.choice((-1, 0, 1)) * self.cfg.clock_skew_ms
+        self.skews[f"{name}.{incarnation}"] = skew
         spec = {
             "role": role, "name": name, "incarnation": incarnation, "uid": self.uid,
             "url": self.url, "storage_options": self.cfg.storage_options,
@@ -155,7 +166,8 @@ class _Run:
             "history": str(self.dir / f"{name}.{incarnation}{HISTORY_SUFFIX}"),
             "stats": str(self.dir / f"{name}.{incarnation}.stats.json"),
             "in_topic": "in", "out_topic": "out",
-            "state_checkpoint_interval": self.cfg.state_checkpoint_interval, **extra,
+            "state_checkpoint_interval": self.cfg.state_checkpoint_interval,
+            "clock_skew_ms": skew, **extra,
         }
         spec_path = self.dir / f"{name}.{incarnation}.spec.json"
         spec_path.write_text(json.dumps(spec))
@@ -166,6 +178,9 @@ class _Run:
                 start_new_session=True)
         p = _Proc(name, role, incarnation, popen, extra)
         self.procs[name] = p
+        if skew and self.nemesis is not None:
+            self.nemesis.event("clock_skew", "ok", {"process": f"{name}.{incarnation}",
+                                                    "skew_ms": skew})
         return p
 
     def kill(self, p: _Proc) -> None:
@@ -357,7 +372,10 @@ def run_history(cfg: HistoryConfig) -> HistoryResult:
     ops = pair_events(load_events(run.dir))
     result = check(ops)
     anomalies = list(result.anomalies)
+    skewed = [s for s in run.skews.values() if s]
     stats = dict(result.stats, kills=run.kills, restarts=run.restarts, zombies=run.zombies,
+                 clocks_ahead=sum(1 for s in skewed if s > 0),
+                 clocks_behind=sum(1 for s in skewed if s < 0),
                  injected=run.injected(), processes=run.uid, hung=hung, **extra)
     res = HistoryResult(cfg.seed, anomalies, stats, run.dir, time.time() - t0)
     (run.dir / "result.json").write_text(json.dumps({

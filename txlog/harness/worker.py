@@ -40,8 +40,10 @@ import txlog
 from txlog.errors import (
     ProducerFencedError,
     TransactionAbortedError,
+    TransactionTimeoutError,
     TxlogError,
 )
+from txlog.harness.clock import real_time, shift_wall_clock
 from txlog.harness.history import Recorder
 from txlog.records import TopicPartition
 from txlog.storage.faults import FaultRates, FaultyStore, InjectedTimeout
@@ -102,11 +104,11 @@ class Worker:
     # -- plumbing ------------------------------------------------------------------------
 
     def expired(self) -> bool:
-        return time.time() >= self.until
+        return real_time() >= self.until
 
     def pace(self, lo: float, hi: float) -> None:
         """Think time between operations (workload pacing, not synchronisation)."""
-        time.sleep(min(self.rng.uniform(lo, hi), max(0.0, self.until - time.time())))
+        time.sleep(min(self.rng.uniform(lo, hi), max(0.0, self.until - real_time())))
 
     def done_op(self) -> None:
         self._ops += 1
@@ -269,6 +271,10 @@ class Worker:
                                       **ids})
         futures: list[tuple[str, str, Any]] = []
         nxt = prod
+        # A timeout abort of this transaction before its timeout passed (on this process's
+        # monotonic clock, from before its first write) would abort a live transaction
+        # early; a commit in flight may still raise the last transaction's timeout here.
+        began = None if self._inflight else time.monotonic()
         try:
             prod.begin_transaction()
             for topic, partition, value in sends:
@@ -310,6 +316,12 @@ class Worker:
             prod.commit_transaction()
         except Exception as exc:
             self.settle_inflight()
+            if isinstance(exc, TransactionTimeoutError) and began is not None:
+                open_ms = (time.monotonic() - began) * 1000
+                if open_ms < self.timeout_ms:
+                    self.rec.event("early_timeout_abort", "info", {"open_ms": open_ms},
+                                   f"aborted for its timeout ({self.timeout_ms} ms) after "
+                                   f"{open_ms:.0f} ms: {exc}", unexpected=True)
             definite = isinstance(exc, DEFINITE_ABORT)
             self._fenced |= isinstance(exc, ProducerFencedError)
             if not definite and self.rng.random() < float(self.spec.get("commit_after_error",
@@ -559,6 +571,8 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m txlog.harness.worker SPEC.json", file=sys.stderr)
         return 2
     spec = json.loads(Path(argv[0]).read_text())
+    if spec.get("clock_skew_ms"):
+        shift_wall_clock(int(spec["clock_skew_ms"]))
     w = Worker(spec)
     try:
         w.run()
