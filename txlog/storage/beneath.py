@@ -52,8 +52,9 @@ def _openat2(path: str, flags: int, mode: int) -> int:
     creates = flags & os.O_CREAT or (tmpfile and flags & tmpfile == tmpfile)
     how = _OpenHow(flags | _O_CLOEXEC, mode if creates else 0,
                    _RESOLVE_NO_SYMLINKS | _RESOLVE_NO_MAGICLINKS)
+    assert _syscall is not None and _SYS_OPENAT2 is not None
     # Every argument a full register wide: syscall() is variadic.
-    fd = _syscall(ctypes.c_long(_SYS_OPENAT2), ctypes.c_long(_AT_FDCWD),  # type: ignore[misc]
+    fd = _syscall(ctypes.c_long(_SYS_OPENAT2), ctypes.c_long(_AT_FDCWD),
                   ctypes.c_char_p(os.fsencode(path)), ctypes.byref(how),
                   ctypes.c_size_t(ctypes.sizeof(how)))
     if fd < 0:
