@@ -6,13 +6,18 @@ that ignores the atomic create's condition.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import txlog
-from txlog.errors import LinkInRootError
+from txlog import layout
+from txlog.errors import CorruptObjectError, LinkInRootError
+from txlog.maintenance import maintain
+from txlog.model import DATA, Entry
 from txlog.storage import beneath, open_store
 
 
@@ -124,3 +129,87 @@ def test_the_root_itself_may_be_a_link(tmp_path: Path, resolve: str) -> None:
     with lg.consumer(auto_offset_reset="earliest") as c:
         c.assign(lg.partitions_for("t"))
         assert [r.value for r in c.poll(timeout_ms=0)] == [b"v"]
+
+
+# --- entries naming objects that are not their partition's ------------------------------
+
+
+def _victim_and_attacker(tmp_path: Path) -> tuple[txlog.Log, str]:
+    lg = txlog.connect(str(tmp_path / "root"))
+    lg.create_topic("victim")
+    lg.create_topic("attacker", config={"retention.ms": 1, "file.delete.delay.ms": 0})
+    with lg.producer() as p:
+        p.send("victim", b"secret")
+    (victim_obj,) = lg.store.list(layout.data_prefix("victim", 0))
+    return lg, victim_obj
+
+
+@pytest.mark.parametrize("named", ["victim batch", "pid block", "staged elsewhere"])
+def test_an_entry_naming_another_partitions_object_is_corrupt(tmp_path: Path,
+                                                              named: str) -> None:
+    lg, victim_obj = _victim_and_attacker(tmp_path)
+    with lg.producer(transactional_id="x") as p:  # claims a producer-id block
+        p.init_transactions()
+    key = {"victim batch": victim_obj,
+           "pid block": layout.pid_block_key(0),
+           "staged elsewhere": "topics/victim/_staging/x/p00000-a.parquet"}[named]
+    lg.store.put("topics/victim/_staging/x/p00000-a.parquet", lg.store.get(victim_obj))
+    before = {k: lg.store.get(k) for k in (victim_obj, layout.pid_block_key(0))}
+    entry = Entry(slot=0, kind=DATA, base_offset=0, count=1, data=key, nbytes=10,
+                  ts_min=1, ts_max=1, append_ms=1)
+    lg.store.put(layout.entry_key("attacker", 0, 0), entry.encode())
+
+    other = txlog.connect(str(tmp_path / "root"))
+    with pytest.raises(CorruptObjectError, match="outside attacker-0's own data"), \
+            other.consumer(auto_offset_reset="earliest") as c:
+        c.assign(other.partitions_for("attacker"))
+        c.poll()
+    with pytest.raises(CorruptObjectError, match="outside attacker-0's own data"):
+        maintain(other, ["attacker"], now=2**40)
+    assert {k: lg.store.get(k) for k in before} == before
+    with other.consumer(auto_offset_reset="earliest") as c:
+        c.assign(other.partitions_for("victim"))
+        assert [r.value for r in c.poll()] == [b"secret"]
+
+
+def test_a_checkpoint_naming_another_partitions_object_is_not_used(tmp_path: Path) -> None:
+    """A checkpoint is checked as the entries are: one naming a foreign object is
+    passed over for the log itself."""
+    lg, victim_obj = _victim_and_attacker(tmp_path)
+    with lg.producer() as p:
+        p.send("attacker", b"mine")
+    plog = lg.partition_log(txlog.TopicPartition("attacker", 0))
+    st = plog.refresh()
+    st.pending_deletes.append((0, victim_obj))
+    plog.write_checkpoint(st)
+    other = txlog.connect(str(tmp_path / "root"))
+    assert other.partition_log(txlog.TopicPartition("attacker", 0)).refresh() \
+        .pending_deletes == []
+    maintain(other, ["attacker"], now=2**40)
+    assert lg.store.exists(victim_obj)
+
+
+# --- stored metadata is checked as creation checks it ----------------------------------
+
+
+@pytest.mark.parametrize("change", [
+    {"partitions": 10**9}, {"partitions": 0}, {"partitions": -5}, {"partitions": "3"},
+    {"partitions": True}, {"partitions": 2.0}, {"name": "other"}, {"name": "../x"},
+    {"kafka_shaped": "yes"}, {"config": {"retention.ms": "soon"}},
+    {"config": {"no.such.key": 1}}, {"config": [1]}, {"created_ms": "x"},
+])
+def test_hostile_topic_metadata_is_a_clear_error(tmp_path: Path,
+                                                 change: dict[str, Any]) -> None:
+    lg = txlog.connect(str(tmp_path / "root"))
+    lg.create_topic("t", partitions=2)
+    key = layout.topic_meta("t")
+    meta = json.loads(lg.store.get(key))
+    meta.update(change)
+    lg.store.put(key, json.dumps(meta).encode())
+    other = txlog.connect(str(tmp_path / "root"))
+    for call in (lambda: other.describe_topic("t"),
+                 lambda: other.partitions_for("t"),
+                 lambda: other.producer().send("t", b"v").result(),
+                 lambda: maintain(other, ["t"])):
+        with pytest.raises(CorruptObjectError, match=r"topic metadata _meta/topics/t\.json"):
+            call()

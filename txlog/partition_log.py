@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +20,16 @@ from txlog import completions, layout
 from txlog.checkpoint import decode_checkpoint, encode_checkpoint
 from txlog.errors import CorruptObjectError, ObjectNotFoundError, ProducerFencedError
 from txlog.fanout import fan_out
-from txlog.model import BEGIN, COMMIT, CONTROL_KINDS, DATA, PARTS, Entry, decode_entry
+from txlog.model import (
+    BEGIN,
+    COMMIT,
+    CONTROL_KINDS,
+    DATA,
+    PARTS,
+    Entry,
+    decode_entry,
+    named_objects,
+)
 from txlog.partition_state import PartitionState, ReadSpan
 from txlog.records import has_kafka_fields, now_ms
 from txlog.storage.base import ObjectStore
@@ -150,7 +159,10 @@ class PartitionLog:
         keys = self.store.list(layout.checkpoint_prefix(self.topic, self.partition))
         for key in reversed(keys):
             try:
-                return decode_checkpoint(self.store.get(key), key)
+                st = decode_checkpoint(self.store.get(key), key)
+                self._check_owned(set(st.batches.data) | {k for _, k in st.pending_deletes},
+                                  f"checkpoint {key}")
+                return st
             except ObjectNotFoundError:
                 continue  # deleted by a newer checkpoint's cleanup
             except CorruptObjectError as exc:
@@ -180,8 +192,19 @@ class PartitionLog:
         else:
             raws = [self.store.get(k) for k in run]
         for k, raw in zip(run, raws, strict=True):
-            st.apply(decode_entry(raw, k))
+            e = decode_entry(raw, k)
+            self._check_owned(named_objects(e), f"log entry {k}")
+            st.apply(e)
         return len(run)
+
+    def _check_owned(self, keys: Iterable[str], what: str) -> None:
+        for key in keys:
+            if key and not layout.owns(self.topic, self.partition, key):
+                raise CorruptObjectError(
+                    f"{what} names object {key!r}, outside {self.name}'s own data "
+                    f"({layout.data_prefix(self.topic, self.partition)}); an entry may only "
+                    "name its own partition's objects. It is corrupt, or was written by "
+                    "someone who should not write to this root: remove it")
 
     # -- appending -----------------------------------------------------------------------
 
