@@ -14,8 +14,13 @@ from typing import Any
 import pytest
 
 import txlog
-from txlog import layout
-from txlog.errors import CorruptObjectError, LinkInRootError
+from txlog import layout, root_settings
+from txlog.errors import (
+    ConfigError,
+    CorruptObjectError,
+    LinkInRootError,
+    ProducerFencedError,
+)
 from txlog.maintenance import maintain
 from txlog.model import DATA, Entry
 from txlog.storage import beneath, open_store
@@ -213,3 +218,75 @@ def test_hostile_topic_metadata_is_a_clear_error(tmp_path: Path,
                  lambda: maintain(other, ["t"])):
         with pytest.raises(CorruptObjectError, match=r"topic metadata _meta/topics/t\.json"):
             call()
+
+
+# --- settings every client of a root must agree on ---------------------------------------
+
+
+def test_a_second_client_with_other_state_log_partitions_is_refused(tmp_path: Path) -> None:
+    root = str(tmp_path / "root")
+    first = txlog.connect(root, transaction_state_log_num_partitions=3)
+    first.create_topic("t")
+    other = txlog.connect(root, transaction_state_log_num_partitions=5)
+    with pytest.raises(ConfigError, match=r"transaction\.state\.log\.num\.partitions=5.*=3"):
+        other.producer(transactional_id="app")
+    with pytest.raises(ConfigError, match=r"offsets\.topic\.num\.partitions"):
+        txlog.connect(root, offsets_topic_num_partitions=2).producer()
+
+
+def test_a_client_that_sets_nothing_takes_the_roots_settings_and_fences(
+        tmp_path: Path) -> None:
+    """The issue's race: the old instance hashed its transactional.id over 3 state-log
+    partitions, the new one (defaults) would have used 50, and neither fenced the other."""
+    root = str(tmp_path / "root")
+    old_lg = txlog.connect(root, transaction_state_log_num_partitions=3,
+                           transaction_max_timeout_ms=120_000)
+    old_lg.create_topic("t")
+    old = old_lg.producer(transactional_id="app")
+    old.init_transactions()
+    old.begin_transaction()
+    old.send("t", b"zombie")
+    new_lg = txlog.connect(root)
+    new = new_lg.producer(transactional_id="app")
+    assert new_lg.config["transaction.state.log.num.partitions"] == 3
+    assert new_lg.config["transaction.max.timeout.ms"] == 120_000
+    new.init_transactions()
+    with pytest.raises(ProducerFencedError):
+        old.commit_transaction()
+    new.begin_transaction()
+    new.send("t", b"live")
+    new.commit_transaction()
+    with new_lg.consumer(auto_offset_reset="earliest") as c:
+        c.assign(new_lg.partitions_for("t"))
+        assert [r.value for r in c.poll()] == [b"live"]
+
+
+def test_a_root_made_before_stored_settings_keeps_its_clients_configuration(
+        tmp_path: Path) -> None:
+    root = str(tmp_path / "root")
+    lg = txlog.connect(root, transaction_state_log_num_partitions=3)
+    lg.create_topic("t")
+    lg.store.delete(root_settings.KEY)  # as a root written before settings were stored
+    again = txlog.connect(root, transaction_state_log_num_partitions=3)
+    with again.producer(transactional_id="app") as p:
+        p.init_transactions()
+        p.begin_transaction()
+        p.send("t", b"v")
+        p.commit_transaction()
+    assert again.root_settings()["transaction.state.log.num.partitions"] == 3
+    assert not again.store.exists(root_settings.KEY)  # nothing guessed and written
+
+
+@pytest.mark.parametrize("settings", [
+    b"{", b"[]", b'{"v": 1}', b'{"v": 9, "settings": {}}',
+    b'{"v": 1, "settings": {"transaction.state.log.num.partitions": 0, '
+    b'"offsets.topic.num.partitions": 1, "transaction.max.timeout.ms": 1}}',
+    b'{"v": 1, "settings": {"transaction.state.log.num.partitions": "3", '
+    b'"offsets.topic.num.partitions": 1, "transaction.max.timeout.ms": 1}}',
+])
+def test_hostile_root_settings_are_a_clear_error(tmp_path: Path, settings: bytes) -> None:
+    root = str(tmp_path / "root")
+    txlog.connect(root).create_topic("t")
+    txlog.connect(root).store.put(root_settings.KEY, settings)
+    with pytest.raises(CorruptObjectError, match=r"root settings _meta/root\.json"):
+        txlog.connect(root).producer()

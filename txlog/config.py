@@ -18,6 +18,8 @@ from txlog.errors import ConfigError
 DEFAULTS: dict[str, tuple[Any, type, str]] = {
     "transaction.timeout.ms": (60_000, int,
                                "abort a transaction that stays open longer than this"),
+    "transaction.max.timeout.ms": (900_000, int,
+                                   "the largest transaction.timeout.ms a producer may ask for"),
     "transactional.id.expiration.ms": (604_800_000, int,
                                        "forget a transactional.id idle this long"),
     "transaction.state.log.num.partitions": (50, int, "state-log partitions (fixed per root)"),

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from txlog import layout
-from txlog.config import DEFAULTS, TOPIC_KEYS, load_config, topic_config
+from txlog import layout, root_settings
+from txlog.config import DEFAULTS, TOPIC_KEYS, load_config, normalize_key, topic_config
 from txlog.errors import CorruptObjectError, StorageError, TopicExistsError, UnknownTopicError
 from txlog.fanout import fan_out
 from txlog.model import new_token
@@ -115,13 +115,34 @@ class Log:
         self._topics: dict[str, TopicInfo] = {}
         self._partitions: dict[TopicPartition, PartitionLog] = {}
         self._coordinator: Coordinator | None = None
+        self._settings_known = False
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"url": self.url, "storage_options": self.storage_options,
-                "config": self._explicit_config}
+        state = {"url": self.url, "storage_options": self.storage_options,
+                 "config": self._explicit_config}
+        if self._settings_known:  # (a Spark task need not read them again)
+            state["root_settings"] = {k: self.config[k] for k in root_settings.SETTINGS}
+        return state
 
     def __setstate__(self, s: dict[str, Any]) -> None:
         self.__init__(s["url"], s["storage_options"], **s["config"])  # type: ignore[misc]
+        if s.get("root_settings"):
+            self.config.update(s["root_settings"])
+            self._settings_known = True
+
+    def root_settings(self) -> dict[str, int]:
+        """The settings every client of this root must agree on (see
+        :mod:`txlog.root_settings`), read from the root (written there by the first
+        client of a new root) on first use; ``self.config`` then holds them."""
+        with self._lock:
+            if not self._settings_known:
+                explicit = {normalize_key(k) for k in self._explicit_config} | {
+                    k for k in root_settings.SETTINGS if self.config[k] != DEFAULTS[k][0]}
+                stored = root_settings.resolve(self.store, self.config, explicit)
+                if stored is not None:
+                    self.config.update(stored)
+                self._settings_known = True
+            return {k: self.config[k] for k in root_settings.SETTINGS}
 
     def __repr__(self) -> str:
         return f"Log({self.url!r})"
@@ -151,6 +172,7 @@ class Log:
                     f"typed topic columns may not be named {sorted(reserved)}: readers add "
                     "them"
                 )
+        self.root_settings()  # (a new root gets its settings with its first topic)
         info = TopicInfo(name, n, schema if schema is not None else KAFKA_SCHEMA,
                          schema is None, topic_config(config, self.config), now_ms(),
                          uuid.uuid4().hex)
@@ -191,7 +213,7 @@ class Log:
         try:
             info = TopicInfo.from_json(self.store.get(key), key, CONSUMER_OFFSETS_TOPIC)
         except KeyError:
-            n = self.config["offsets.topic.num.partitions"]
+            n = self.root_settings()["offsets.topic.num.partitions"]
             info = TopicInfo(CONSUMER_OFFSETS_TOPIC, n, KAFKA_SCHEMA, True,
                              topic_config(None, self.config), now_ms(), uuid.uuid4().hex)
             body = dict(info.to_json(), token=new_token())
@@ -283,12 +305,14 @@ class Log:
             if self._coordinator is None:
                 from txlog.coordinator import Coordinator
 
+                self.root_settings()
                 self._coordinator = Coordinator(self)
             return self._coordinator
 
     def producer(self, *, transactional_id: str | None = None, **config: Any) -> Producer:
         from txlog.producer import Producer
 
+        self.root_settings()
         return Producer(self, transactional_id=transactional_id, **config)
 
     def consumer(self, *, group_id: str | None = None,
