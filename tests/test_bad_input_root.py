@@ -16,6 +16,7 @@ import pytest
 import txlog
 from txlog import layout, root_settings
 from txlog.errors import (
+    AtomicCreateUnsupportedError,
     ConfigError,
     CorruptObjectError,
     LinkInRootError,
@@ -290,3 +291,80 @@ def test_hostile_root_settings_are_a_clear_error(tmp_path: Path, settings: bytes
     txlog.connect(root).store.put(root_settings.KEY, settings)
     with pytest.raises(CorruptObjectError, match=r"root settings _meta/root\.json"):
         txlog.connect(root).producer()
+
+
+# --- a server that ignores the atomic create's condition ---------------------------------
+
+
+def _lying(store_factory: Any, backend: str, **options: Any) -> Any:
+    """A SeaweedFS store whose first two conditional creates the server answers as a
+    plain overwrite (If-None-Match ignored), through the client ``backend`` uses."""
+    from test_storage_contract import ScriptedCreateFS, ScriptedCreateObstore
+
+    store = store_factory(backend, "lying")
+    if options:
+        from txlog.storage.remote import RemoteStore
+
+        store = RemoteStore(store.url, "s3", {**store.storage_options, **options})
+    fast = store.fast()
+    if fast is not None:
+        store._ob = ScriptedCreateObstore(fast, ["ignore", "ignore"])
+    else:
+        store._fs = ScriptedCreateFS(store.fsspec(), ["ignore", "ignore"])
+    return store
+
+
+@pytest.mark.s3
+@pytest.mark.parametrize("backend", ["s3", "s3fs"])
+def test_a_server_ignoring_if_none_match_is_refused_on_first_create(
+        store_factory: Any, backend: str) -> None:
+
+    store = _lying(store_factory, backend)
+    with pytest.raises(AtomicCreateUnsupportedError, match="ignores conditional creates"):
+        store.check_atomic_create()
+    assert store.list("") == []  # no passing verdict stored, the probe cleaned up
+    with pytest.raises(AtomicCreateUnsupportedError):  # (the verdict is kept in-process)
+        store.check_atomic_create()
+
+
+@pytest.mark.s3
+def test_a_passing_verdict_is_stored_in_the_root_and_read_by_the_next_process(
+        store_factory: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from txlog.storage import remote
+    from txlog.storage.remote import RemoteStore
+
+    store = store_factory("s3", "verdict")
+    store.check_atomic_create()
+    (verdict,) = store.list(remote.VERDICT_PREFIX)
+    assert json.loads(store.get(verdict))["verdict"] == "atomic"
+    monkeypatch.setattr(remote, "_VERDICTS", {})  # as a new process
+    again = RemoteStore(store.url, "s3", store.storage_options)
+    again.check_atomic_create()
+    assert again.counter.snapshot()["requests"] == {"get": 1}  # the verdict; no probe
+    # Behind another endpoint (a proxy to the same bucket, say) the check runs again.
+    assert again._verdict_key() != RemoteStore(
+        store.url, "s3", {**store.storage_options, "endpoint_url": "http://127.0.0.2:1"},
+    )._verdict_key()
+
+
+@pytest.mark.s3
+def test_the_escape_hatch_skips_the_check(store_factory: Any) -> None:
+    store = _lying(store_factory, "s3", txlog_probe_atomic_create=False)
+    assert store.fast() is not None  # (the option does not send the store to s3fs)
+    store.check_atomic_create()
+    assert store.list("") == []  # nothing probed
+    with pytest.raises(ConfigError, match="txlog_probe_atomic_create"):
+        open_store(store.url, {**store.storage_options, "txlog_probe_atomic_create": "no"})
+
+
+@pytest.mark.s3
+def test_create_topic_on_a_lying_server_is_refused(seaweed: Any) -> None:
+    from test_storage_contract import ScriptedCreateObstore
+
+    lg = txlog.connect(seaweed.fresh_url("lying-log"), seaweed.storage_options)
+    lg.store._ob = ScriptedCreateObstore(lg.store.fast(), ["ignore", "ignore"])
+    with pytest.raises(AtomicCreateUnsupportedError):
+        lg.create_topic("t")
+    assert lg.list_topics() == []
+    with pytest.raises(AtomicCreateUnsupportedError):
+        lg.producer()

@@ -116,6 +116,7 @@ class Log:
         self._partitions: dict[TopicPartition, PartitionLog] = {}
         self._coordinator: Coordinator | None = None
         self._settings_known = False
+        self._store_checked = False
 
     def __getstate__(self) -> dict[str, Any]:
         state = {"url": self.url, "storage_options": self.storage_options,
@@ -135,6 +136,11 @@ class Log:
         :mod:`txlog.root_settings`), read from the root (written there by the first
         client of a new root) on first use; ``self.config`` then holds them."""
         with self._lock:
+            if not self._store_checked:
+                # Every writing client passes here first: a server whose create is not
+                # atomic is refused before anything is claimed on it.
+                self.store.check_atomic_create()
+                self._store_checked = True
             if not self._settings_known:
                 explicit = {normalize_key(k) for k in self._explicit_config} | {
                     k for k in root_settings.SETTINGS if self.config[k] != DEFAULTS[k][0]}
