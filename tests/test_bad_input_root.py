@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 import txlog
-from txlog import layout, root_settings
+from txlog import checksums, layout, root_settings
 from txlog.errors import (
     AtomicCreateUnsupportedError,
     ConfigError,
@@ -24,6 +24,8 @@ from txlog.errors import (
 )
 from txlog.maintenance import maintain
 from txlog.model import DATA, Entry
+from txlog.partition_log import AppendSpec, encode_parquet
+from txlog.records import kafka_table
 from txlog.storage import beneath, open_store
 
 
@@ -77,7 +79,7 @@ def test_a_linked_data_directory_receives_no_batch_object(tmp_path: Path,
     (tmp_path / "root" / "topics" / "t" / "0").mkdir(parents=True, exist_ok=True)
     os.symlink(victim / "0" / "data", tmp_path / "root" / "topics" / "t" / "0" / "data")
     with pytest.raises(LinkInRootError), lg.producer() as p:
-        p.send("t", b"v").result()
+        p.send("t", b"v").get()
     _untouched(victim)
 
 
@@ -215,7 +217,7 @@ def test_hostile_topic_metadata_is_a_clear_error(tmp_path: Path,
     other = txlog.connect(str(tmp_path / "root"))
     for call in (lambda: other.describe_topic("t"),
                  lambda: other.partitions_for("t"),
-                 lambda: other.producer().send("t", b"v").result(),
+                 lambda: other.producer().send("t", b"v").get(),
                  lambda: maintain(other, ["t"])):
         with pytest.raises(CorruptObjectError, match=r"topic metadata _meta/topics/t\.json"):
             call()
@@ -368,3 +370,84 @@ def test_create_topic_on_a_lying_server_is_refused(seaweed: Any) -> None:
     assert lg.list_topics() == []
     with pytest.raises(AtomicCreateUnsupportedError):
         lg.producer()
+
+
+# --- checksums -------------------------------------------------------------------------
+
+
+def _flip_parquet_value(raw: bytes, needle: bytes) -> bytes:
+    """``raw`` with one bit flipped inside the first occurrence of ``needle`` (a value
+    stored uncompressed enough to find; the Parquet file stays decodable)."""
+    i = raw.index(needle)
+    return raw[:i] + bytes([raw[i] ^ 0x01]) + raw[i + 1:]
+
+
+def test_a_flipped_bit_in_a_batch_object_is_an_error_not_data(tmp_path: Path) -> None:
+    lg = txlog.connect(str(tmp_path / "root"))
+    lg.create_topic("t")
+    value = b"payment to account 1234567890" * 4
+    with lg.producer() as p:
+        p.send("t", value)
+    (obj,) = lg.store.list(layout.data_prefix("t", 0))
+    assert checksums.expected(obj) is not None
+    lg.store.put(obj, _flip_parquet_value(lg.store.get(obj), b"account 1234567890"))
+    other = txlog.connect(str(tmp_path / "root"))
+    with pytest.raises(CorruptObjectError, match="fails its checksum"), \
+            other.consumer(auto_offset_reset="earliest") as c:
+        c.assign(other.partitions_for("t"))
+        c.poll()
+
+
+def test_objects_without_a_checksum_stay_readable(tmp_path: Path) -> None:
+    """Batch objects written before checksums (no tag in the name) are read unchecked."""
+    lg = txlog.connect(str(tmp_path / "root"))
+    lg.create_topic("t")
+    plog = lg.partition_log(txlog.TopicPartition("t", 0))
+    data = encode_parquet(kafka_table([(None, b"old", None, None)]))
+    key = layout.data_key("t", 0, "before-checksums")
+    lg.store.put(key, data)
+    plog.append(AppendSpec(kind=DATA, count=1, data=key, nbytes=len(data)))
+    with lg.consumer(auto_offset_reset="earliest") as c:
+        c.assign(lg.partitions_for("t"))
+        assert [r.value for r in c.poll()] == [b"old"]
+
+
+@pytest.mark.parametrize("damage", ["digit", "trailer", "strip"])
+def test_a_damaged_checkpoint_is_not_trusted(tmp_path: Path, damage: str) -> None:
+    """The issue's case: a flipped digit in a checkpoint's offsets skipped records for
+    good.  Now the checkpoint fails its checksum and the log is replayed."""
+    lg = txlog.connect(str(tmp_path / "root"))
+    lg.create_topic("t")
+    with lg.producer() as p:
+        for i in range(3):
+            p.send("t", f"v{i}".encode()).get()
+    plog = lg.partition_log(txlog.TopicPartition("t", 0))
+    key = plog.write_checkpoint()
+    raw = lg.store.get(key)
+    if damage == "digit":
+        i = raw.index(b'"high_watermark": 3')
+        raw = raw[:i] + b'"high_watermark": 9' + raw[i + len(b'"high_watermark": 3'):]
+    elif damage == "trailer":
+        raw = raw[:-1] + bytes([raw[-1] ^ 0x10])
+    else:
+        raw = raw[:-12]
+    lg.store.put(key, raw)
+    other = txlog.connect(str(tmp_path / "root"))
+    st = other.partition_log(txlog.TopicPartition("t", 0)).refresh()
+    assert st.high_watermark == 3
+    with other.consumer(auto_offset_reset="earliest") as c:
+        c.assign(other.partitions_for("t"))
+        assert [r.value for r in c.poll()] == [b"v0", b"v1", b"v2"]
+
+
+def test_a_version_1_checkpoint_without_a_checksum_is_still_read(tmp_path: Path,
+                                                                 monkeypatch: Any) -> None:
+    from txlog import checkpoint
+
+    lg = txlog.connect(str(tmp_path / "root"))
+    lg.create_topic("t")
+    with lg.producer() as p:
+        p.send("t", b"v").get()
+    st = lg.partition_log(txlog.TopicPartition("t", 0)).refresh()
+    raw = checkpoint.encode_checkpoint(st)[:-12].replace(b'"v": 2', b'"v": 1')
+    assert checkpoint.decode_checkpoint(raw, "old").high_watermark == 1

@@ -16,7 +16,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from txlog import completions, layout
+from txlog import checksums, completions, layout
 from txlog.checkpoint import decode_checkpoint, encode_checkpoint
 from txlog.errors import CorruptObjectError, ObjectNotFoundError, ProducerFencedError
 from txlog.fanout import fan_out
@@ -210,8 +210,8 @@ class PartitionLog:
 
     def write_data(self, table: pa.Table) -> tuple[str, int]:
         """Write a batch object under a unique name (plain put; not yet part of the log)."""
-        key = layout.data_key(self.topic, self.partition, unique())
         data = encode_parquet(table)
+        key = layout.data_key(self.topic, self.partition, unique() + checksums.tag(data))
         self.store.put_new(key, data)
         return key, len(data)
 
@@ -333,7 +333,7 @@ class PartitionLog:
         return self._trim(self._read_object(span.data, columns), span)
 
     def _read_object(self, key: str, columns: Sequence[str] | None) -> pa.Table:
-        return decode_parquet(self.store.get(key), key, columns)
+        return decode_parquet(checksums.verify(key, self.store.get(key)), key, columns)
 
     @staticmethod
     def _trim(table: pa.Table, span: ReadSpan) -> pa.Table:
