@@ -451,3 +451,16 @@ def test_a_version_1_checkpoint_without_a_checksum_is_still_read(tmp_path: Path,
     st = lg.partition_log(txlog.TopicPartition("t", 0)).refresh()
     raw = checkpoint.encode_checkpoint(st)[:-12].replace(b'"v": 2', b'"v": 1')
     assert checkpoint.decode_checkpoint(raw, "old").high_watermark == 1
+
+
+@pytest.mark.parametrize("backend", [
+    pytest.param("s3", marks=pytest.mark.s3), pytest.param("s3fs", marks=pytest.mark.s3),
+    pytest.param("gcs", marks=pytest.mark.gcs)])
+def test_real_servers_pass_the_probe(store_factory: Any, backend: str) -> None:
+    """SeaweedFS (If-None-Match) and fake-gcs-server (ifGenerationMatch=0) honour the
+    condition: the probe passes and leaves only its verdict."""
+    from txlog.storage import remote
+
+    store = store_factory(backend, "probe")
+    store.check_atomic_create()
+    assert [k.startswith(remote.VERDICT_PREFIX) for k in store.list("")] == [True]

@@ -40,9 +40,9 @@ SEED = 20260611
 # so its default is smaller.  TXLOG_RACE_SCALE=10 multiplies every figure for a soak run.
 RACE_SCALE = float(os.environ.get("TXLOG_RACE_SCALE", "1"))
 THREAD_WRITERS = 8
-THREAD_TRIALS = {"memory": 200, "local": 200, "s3": 12, "azure": 24}
+THREAD_TRIALS = {"memory": 200, "local": 200, "s3": 12, "gcs": 24, "azure": 24}
 PROCESS_WRITERS = 4
-PROCESS_TRIALS = {"local": 50, "s3": 10, "azure": 10}
+PROCESS_TRIALS = {"local": 50, "s3": 10, "gcs": 10, "azure": 10}
 BARRIER_TIMEOUT = 120.0
 
 
