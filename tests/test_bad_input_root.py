@@ -464,3 +464,41 @@ def test_real_servers_pass_the_probe(store_factory: Any, backend: str) -> None:
     store = store_factory(backend, "probe")
     store.check_atomic_create()
     assert [k.startswith(remote.VERDICT_PREFIX) for k in store.list("")] == [True]
+
+
+def test_a_damaged_state_log_checkpoint_is_not_trusted(tmp_path: Path) -> None:
+    """A flipped digit in a state-log checkpoint (an epoch here) would let a fenced
+    producer back in; it fails its checksum and the log is replayed."""
+    from txlog import state_log
+
+    lg = txlog.connect(str(tmp_path / "root"), transaction_state_log_num_partitions=1)
+    lg.create_topic("t")
+    with lg.producer(transactional_id="app") as p:
+        p.init_transactions()
+    part = lg.coordinator.state_log.partition_for("app")
+    part.refresh()
+    epoch = part.records["app"].epoch
+    part._checkpoint()
+    (key,) = lg.store.list(f"{part.prefix}checkpoints/")
+    raw = json.loads(lg.store.get(key))
+    assert "crc" in raw
+    raw["records"]["app"]["epoch"] = epoch + 7
+    lg.store.put(key, json.dumps(raw, separators=(",", ":")).encode())
+    fresh = state_log.StateLogPartition(lg.store, part.partition)
+    fresh.refresh()
+    assert fresh.records["app"].epoch == epoch
+
+
+def test_a_prepare_commit_naming_another_partitions_object_is_corrupt() -> None:
+    from txlog.txn_state import PREPARE_COMMIT, PendingAppend, TxnRecord
+
+    own = PendingAppend("a", 0, 0, (("topics/a/0/data/x.parquet", 1, 10, None, None,
+                                     True),))
+    rec = TxnRecord("t", 1, 0, PREPARE_COMMIT, 1000, (("a", 0),), pending=(own,))
+    assert TxnRecord.from_json(rec.to_json(), "x") == rec
+    for key in ("topics/b/0/data/x.parquet", "topics/a/1/data/x.parquet",
+                "_txn/pid-blocks/000000000000.json", "topics/a/0/data/../../b/x"):
+        d = rec.to_json()
+        d["pending"][0][3][0][0] = key
+        with pytest.raises(CorruptObjectError, match="not a-0's own"):
+            TxnRecord.from_json(d, "x")
