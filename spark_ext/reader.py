@@ -42,6 +42,7 @@ from spark_ext.read_plan import (
     subscribed_partitions,
     subscribed_topics,
 )
+from txlog import checksums
 from txlog.errors import CorruptObjectError, ObjectNotFoundError, OffsetOutOfRangeError
 from txlog.partition_log import decode_parquet
 from txlog.partition_state import READ_UNCOMMITTED, PartitionState
@@ -119,7 +120,7 @@ def _fit(col: Any, field: pa.Field) -> Any:
 
 def slice_table(raw: bytes, s: FileSlice, shape: OutputShape, target: pa.Schema) -> pa.Table:
     """One slice's rows in the declared output schema."""
-    table = decode_parquet(raw, s.key, shape.data_columns)
+    table = decode_parquet(checksums.verify(s.key, raw), s.key, shape.data_columns)
     if s.skip + s.take > table.num_rows:
         raise CorruptObjectError(
             f"batch object {s.key} holds {table.num_rows} rows but the log says offsets "

@@ -23,7 +23,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from txlog import layout
+from txlog import checksums, layout
 from txlog.errors import ConfigError, SchemaMismatchError, UnknownTopicError
 from txlog.partition_log import encode_parquet
 from txlog.records import HEADER_TYPE, KAFKA_SCHEMA, conform, ts_range
@@ -414,9 +414,10 @@ class Stager:
     def _put(self, topic: str, partition: int, table: pa.Table, seq: int) -> StagedFile:
         """Encode and store one file (safe to run in several threads at once)."""
         # Unique across jobs too (readers may match files by name): the staging id's uuid.
-        name = f"p{partition:05d}-t{self.tag}-{seq:04d}-{self.spec.txn[-12:]}.parquet"
-        obj = layout.staging_prefix(topic, self.spec.txn) + name
         data = encode_staged(table)
+        name = (f"p{partition:05d}-t{self.tag}-{seq:04d}-{self.spec.txn[-12:]}"
+                f"{checksums.tag(data)}.parquet")
+        obj = layout.staging_prefix(topic, self.spec.txn) + name
         self.store.put(obj, data)
         ts_min, ts_max, untimed = ts_range(table)
         return StagedFile(topic, partition, obj, table.num_rows, len(data), ts_min, ts_max,

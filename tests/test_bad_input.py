@@ -40,7 +40,7 @@ from hypothesis import strategies as st
 
 import txlog
 from txlog import layout
-from txlog.checkpoint import decode_checkpoint, encode_checkpoint
+from txlog.checkpoint import decode_checkpoint, encode_checkpoint, with_checksum
 from txlog.config import load_config
 from txlog.errors import (
     AtomicCreateUnsupportedError,
@@ -206,13 +206,14 @@ def _decode_state_log_checkpoint(raw: bytes) -> Any:
 
 
 def _checkpoint_with_meta(meta: bytes) -> bytes:
-    """A valid checkpoint's batch table under the given (JSON) metadata."""
+    """A valid checkpoint's batch table under the given (JSON) metadata (checksummed,
+    so that what is checked is the metadata)."""
     table = pa.ipc.open_stream(pa.py_buffer(valid_checkpoint())).read_all()
     schema = table.schema.with_metadata({"txlog": meta})
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, schema) as w:
         w.write_table(table.replace_schema_metadata(schema.metadata))
-    return bytes(sink.getvalue().to_pybytes())
+    return with_checksum(bytes(sink.getvalue().to_pybytes()))
 
 
 def valid_checkpoint_meta() -> bytes:
@@ -430,9 +431,9 @@ def test_corrupt_segment_is_named_and_other_batches_stay_readable() -> None:
     c.seek(tp0, 2)
     assert [r.value for r in c.poll(max_records=10)] == [b"a2"]
     assert read_values(log2, [tp1]) == [b"b0"]
-    # The same for flipped bytes instead of a truncation.
+    # The same for flipped bytes instead of a truncation (caught by the checksum).
     log.store.put(bad, bytes(b ^ 0x5A for b in raw))
-    with pytest.raises(CorruptObjectError, match="Parquet"):
+    with pytest.raises(CorruptObjectError, match="fails its checksum"):
         read_values(fresh(log), [tp0])
 
 

@@ -282,7 +282,8 @@ def test_commit_appends_batches_false_writes_the_version_2_format(log: txlog.Log
 
 def test_pending_appends_are_kept_by_prepare_commit_only() -> None:
     rec = TxnRecord("t", 1, 0, ONGOING, 1000, (("a", 0),))
-    pending = (PendingAppend("a", 0, 0, (("k", 1, 10, None, None, True),)),)
+    pending = (PendingAppend("a", 0, 0, (("topics/a/0/data/k.parquet", 1, 10, None, None,
+                                          True),)),)
     prep = rec.transition(PREPARE_COMMIT, pending=pending)
     assert TxnRecord.from_json(prep.to_json(), "x") == prep
     assert prep.to_json()["v"] == 2 and rec.to_json()["v"] == 1

@@ -235,20 +235,21 @@ def test_an_append_of_parts_stamps_each_and_drops_parts_of_no_records(
     lg = txlog.connect(str(tmp_path))
     lg.create_topic("t", partitions=1)
     plog = lg.partition_log(TopicPartition("t", 0))
+    d = layout.data_prefix("t", 0)  # (an entry may name only its partition's objects)
     res = plog.append(AppendSpec(kind=DATA, count=0, parts=[
-        ("k0", 0, 5, 1, 1, False), ("k1", 2, 10, 100, 200, False),
-        ("k2", 3, 20, None, None, True)]))
+        (d + "k0", 0, 5, 1, 1, False), (d + "k1", 2, 10, 100, 200, False),
+        (d + "k2", 3, 20, None, None, True)]))
     one = plog.append(AppendSpec(kind=DATA, count=0, parts=[
-        ("k3", 0, 5, 1, 1, False), ("k4", 4, 40, 300, 400, False)]))
+        (d + "k3", 0, 5, 1, 1, False), (d + "k4", 4, 40, 300, 400, False)]))
     assert (res.base_offset, one.base_offset) == (0, 5)
     raw = [json.loads(lg.store.get(layout.entry_key("t", 0, i))) for i in (0, 1)]
     assert [r["v"] for r in raw] == [2, 1]
-    assert raw[0]["data"] == "k1" and raw[0]["count"] == 5 and raw[0]["nbytes"] == 30
+    assert raw[0]["data"] == d + "k1" and raw[0]["count"] == 5 and raw[0]["nbytes"] == 30
     appended = raw[0]["append_ms"]
-    assert raw[0]["extra"]["parts"] == [["k1", 2, 10, 100, 200],
-                                        ["k2", 3, 20, appended, appended]]
+    assert raw[0]["extra"]["parts"] == [[d + "k1", 2, 10, 100, 200],
+                                        [d + "k2", 3, 20, appended, appended]]
     assert (raw[1]["data"], raw[1]["count"], raw[1]["ts_min"], raw[1]["extra"]) == (
-        "k4", 4, 300, None)
+        d + "k4", 4, 300, None)
     st = txlog.connect(str(tmp_path)).partition_log(TopicPartition("t", 0)).refresh()
     assert (st.batches.data, st.batches.base_offset, st.batches.count) == (
-        ["k1", "k2", "k4"], [0, 2, 5], [2, 3, 4])
+        [d + "k1", d + "k2", d + "k4"], [0, 2, 5], [2, 3, 4])

@@ -40,9 +40,9 @@ SEED = 20260611
 # so its default is smaller.  TXLOG_RACE_SCALE=10 multiplies every figure for a soak run.
 RACE_SCALE = float(os.environ.get("TXLOG_RACE_SCALE", "1"))
 THREAD_WRITERS = 8
-THREAD_TRIALS = {"memory": 200, "local": 200, "s3": 12, "azure": 24}
+THREAD_TRIALS = {"memory": 200, "local": 200, "s3": 12, "gcs": 24, "azure": 24}
 PROCESS_WRITERS = 4
-PROCESS_TRIALS = {"local": 50, "s3": 10, "azure": 10}
+PROCESS_TRIALS = {"local": 50, "s3": 10, "gcs": 10, "azure": 10}
 BARRIER_TIMEOUT = 120.0
 
 
@@ -1114,19 +1114,25 @@ def test_local_store_closes_one_descriptor_per_new_one(tmp_path: Any,
     store.put_new("d0/y", b"x")  # d0 is now the most recently used
     closed: list[str] = []
     real_close = os.close
+    kept: dict[int, str] = {}
 
     def recording_close(fd: int) -> None:
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            target = "?"
-        if os.path.isdir(target) and os.path.basename(target).startswith("d"):
-            closed.append(os.path.basename(target))  # (not the root: synced on mkdir)
+        # Only the descriptors the store keeps (not the one a new directory's creation
+        # opens and closes on the way).
+        if fd in kept:
+            closed.append(kept.pop(fd))
         real_close(fd)
 
+    def keep_snapshot() -> None:
+        kept.clear()
+        kept.update({h.fd: os.path.basename(p)
+                     for p, h in store._dir_fds._open.items()})  # type: ignore[attr-defined]
+
     monkeypatch.setattr(os, "close", recording_close)
+    keep_snapshot()
     store.put_new("d4/x", b"x")
     assert closed == ["d1"]
+    keep_snapshot()
     store.put_new("d5/x", b"x")
     assert closed == ["d1", "d2"]
 

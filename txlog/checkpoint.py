@@ -3,11 +3,17 @@
 The batch index is columnar (fast to load for 100,000 batches); the rest of the state
 (open transactions, fence epochs, producer state, aborted index) rides in the schema
 metadata as JSON.  Never pickle.
+
+Version 2 ends with a trailer: ``TXLCRC32`` and the CRC-32 (4 bytes, big-endian) of every
+byte before it, so a flipped digit is found rather than trusted (a reader then falls
+back to an older checkpoint or the log).  Version 1 has none and is read as before;
+txlog before 0.4 skips version 2 checkpoints for the log.
 """
 
 from __future__ import annotations
 
 import json
+import zlib
 from typing import Any
 
 import pyarrow as pa
@@ -22,7 +28,11 @@ from txlog.partition_state import (
     ProducerState,
 )
 
-CHECKPOINT_VERSION = 1
+CHECKPOINT_VERSION = 2
+#: The first version that ends with the checksum trailer.
+CHECKSUM_VERSION = 2
+_TRAILER = b"TXLCRC32"
+_TRAILER_LEN = len(_TRAILER) + 4
 
 _SCHEMA = pa.schema([
     ("base_offset", pa.int64()),
@@ -62,10 +72,23 @@ def encode_checkpoint(state: PartitionState) -> bytes:
     with pa.ipc.new_stream(sink, table.schema,
                            options=pa.ipc.IpcWriteOptions(compression="zstd")) as w:
         w.write_table(table)
-    return bytes(sink.getvalue().to_pybytes())
+    return with_checksum(bytes(sink.getvalue().to_pybytes()))
+
+
+def with_checksum(body: bytes) -> bytes:
+    """A checkpoint's Arrow stream with its checksum trailer."""
+    return body + _TRAILER + zlib.crc32(body).to_bytes(4, "big")
 
 
 def decode_checkpoint(raw: bytes, where: str) -> PartitionState:
+    checked = raw[-_TRAILER_LEN:-4] == _TRAILER
+    if checked:
+        crc = zlib.crc32(memoryview(raw)[:-_TRAILER_LEN])
+        if crc != int.from_bytes(raw[-4:], "big"):
+            raise CorruptObjectError(
+                f"checkpoint {where} fails its checksum (its bytes were damaged); txlog "
+                "falls back to an older checkpoint or the log itself")
+        raw = raw[:-_TRAILER_LEN]
     try:
         table = pa.ipc.open_stream(pa.py_buffer(raw)).read_all()
         meta = json.loads(table.schema.metadata[b"txlog"])
@@ -82,6 +105,10 @@ def decode_checkpoint(raw: bytes, where: str) -> PartitionState:
             f"checkpoint {where} has format version {version}, newer than this txlog reads "
             f"({CHECKPOINT_VERSION}); upgrade txlog"
         )
+    if version >= CHECKSUM_VERSION and not checked:
+        raise CorruptObjectError(
+            f"checkpoint {where} has lost its checksum trailer (truncated or damaged); "
+            "txlog falls back to an older checkpoint or the log itself")
     try:
         if table.schema.remove_metadata() != _SCHEMA:
             raise ValueError("unexpected columns")

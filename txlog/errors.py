@@ -43,6 +43,10 @@ class CorruptObjectError(StorageError):
     """A stored object cannot be decoded (truncated, corrupted, or not a txlog object)."""
 
 
+class LinkInRootError(CorruptObjectError):
+    """A local root holds a symbolic link where txlog expects its own file or directory."""
+
+
 class UnsupportedFormatError(CorruptObjectError):
     """A stored object was written by a newer txlog format version than this one reads."""
 

@@ -37,7 +37,21 @@ def checkpoint_key(topic: str, partition: int, next_slot: int) -> str:
 
 
 def data_key(topic: str, partition: int, name: str) -> str:
-    return f"topics/{topic}/{partition}/data/{name}.parquet"
+    return f"{data_prefix(topic, partition)}{name}.parquet"
+
+
+def data_prefix(topic: str, partition: int) -> str:
+    return f"topics/{topic}/{partition}/data/"
+
+
+def owns(topic: str, partition: int, key: str) -> bool:
+    """Whether a log entry (or transaction record) of this partition may name ``key``:
+    only its own batch objects, or objects staged for its topic (Spark's).  Anything
+    else (another topic's batch, a producer-id block) is corrupt, and no reader reads
+    it nor maintenance deletes it because an entry says so."""
+    if ".." in key.split("/") or "\\" in key or "\x00" in key:
+        return False
+    return key.startswith((data_prefix(topic, partition), f"topics/{topic}/_staging/"))
 
 
 def topic_root(topic: str) -> str:

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from txlog import layout
-from txlog.config import load_config, topic_config
+from txlog import layout, root_settings
+from txlog.config import DEFAULTS, TOPIC_KEYS, load_config, normalize_key, topic_config
 from txlog.errors import CorruptObjectError, StorageError, TopicExistsError, UnknownTopicError
 from txlog.fanout import fan_out
 from txlog.model import new_token
@@ -48,25 +48,53 @@ class TopicInfo:
                 "config": self.config, "created_ms": self.created_ms, "id": self.topic_id}
 
     @staticmethod
-    def from_json(raw: bytes, where: str) -> TopicInfo:
+    def from_json(raw: bytes, where: str, name: str | None = None) -> TopicInfo:
+        """Decode stored topic metadata with the rules create_topic() applies (a root
+        others write to may hold anything); ``name``: the topic it must describe."""
         try:
             d = json.loads(raw)
-            if d.get("v", 0) > 1:
+            if not isinstance(d, dict):
+                raise TypeError("not a JSON object")
+            if not isinstance(d.get("v", 0), int) or d.get("v", 0) > 1:
                 from txlog.errors import UnsupportedFormatError
 
                 raise UnsupportedFormatError(
                     f"topic metadata {where} has a newer format version; upgrade txlog")
-            kafka = bool(d["kafka_shaped"])
+            info_name = validate_topic(d["name"])
+            if name is not None and info_name != name:
+                raise ValueError(f"it describes topic {info_name!r}, not {name!r}")
+            partitions = d["partitions"]
+            if type(partitions) is not int or not 1 <= partitions <= MAX_PARTITIONS:
+                raise ValueError(f"partitions {partitions!r} is not an integer from 1 to "
+                                 f"{MAX_PARTITIONS}")
+            kafka = d["kafka_shaped"]
+            if not isinstance(kafka, bool):
+                raise TypeError(f"kafka_shaped {kafka!r} is not true or false")
             schema = KAFKA_SCHEMA if kafka else schema_from_json(d["schema"])
-            return TopicInfo(str(d["name"]), int(d["partitions"]), schema, kafka,
-                             dict(d.get("config") or {}), int(d.get("created_ms", 0)),
-                             str(d.get("id", "")))
+            config = d.get("config") or {}
+            if not isinstance(config, dict):
+                raise TypeError("config is not an object")
+            created, topic_id = d.get("created_ms", 0), d.get("id", "")
+            if type(created) is not int or not isinstance(topic_id, str):
+                raise TypeError("created_ms or id has the wrong type")
+            # Each stored setting checked as create_topic() checks it; one missing (older
+            # metadata) still means whatever it meant before.
+            checked = topic_config(config, _TOPIC_DEFAULTS)
+            return TopicInfo(info_name, partitions, schema, kafka,
+                             {k: checked[k] for k in config}, created, topic_id)
         except CorruptObjectError:
             raise
         except Exception as exc:
             raise CorruptObjectError(
                 f"topic metadata {where} cannot be decoded ({type(exc).__name__}: {exc})"
             ) from None
+
+
+#: The most partitions a topic may have (create_topic's bound, and stored metadata's).
+MAX_PARTITIONS = 100_000
+
+
+_TOPIC_DEFAULTS = {k: DEFAULTS[k][0] for k in TOPIC_KEYS}
 
 
 class Log:
@@ -87,13 +115,40 @@ class Log:
         self._topics: dict[str, TopicInfo] = {}
         self._partitions: dict[TopicPartition, PartitionLog] = {}
         self._coordinator: Coordinator | None = None
+        self._settings_known = False
+        self._store_checked = False
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"url": self.url, "storage_options": self.storage_options,
-                "config": self._explicit_config}
+        state = {"url": self.url, "storage_options": self.storage_options,
+                 "config": self._explicit_config}
+        if self._settings_known:  # (a Spark task need not read them again)
+            state["root_settings"] = {k: self.config[k] for k in root_settings.SETTINGS}
+        return state
 
     def __setstate__(self, s: dict[str, Any]) -> None:
         self.__init__(s["url"], s["storage_options"], **s["config"])  # type: ignore[misc]
+        if s.get("root_settings"):
+            self.config.update(s["root_settings"])
+            self._settings_known = True
+
+    def root_settings(self) -> dict[str, int]:
+        """The settings every client of this root must agree on (see
+        :mod:`txlog.root_settings`), read from the root (written there by the first
+        client of a new root) on first use; ``self.config`` then holds them."""
+        with self._lock:
+            if not self._store_checked:
+                # Every writing client passes here first: a server whose create is not
+                # atomic is refused before anything is claimed on it.
+                self.store.check_atomic_create()
+                self._store_checked = True
+            if not self._settings_known:
+                explicit = {normalize_key(k) for k in self._explicit_config} | {
+                    k for k in root_settings.SETTINGS if self.config[k] != DEFAULTS[k][0]}
+                stored = root_settings.resolve(self.store, self.config, explicit)
+                if stored is not None:
+                    self.config.update(stored)
+                self._settings_known = True
+            return {k: self.config[k] for k in root_settings.SETTINGS}
 
     def __repr__(self) -> str:
         return f"Log({self.url!r})"
@@ -105,10 +160,11 @@ class Log:
                      config: dict[str, Any] | None = None) -> TopicInfo:
         validate_topic(name)
         n = self.config["num.partitions"] if partitions is None else partitions
-        if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= 100_000:
+        if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= MAX_PARTITIONS:
             from txlog.errors import ConfigError
 
-            raise ConfigError(f"partitions must be an integer from 1 to 100000, not {n!r}")
+            raise ConfigError(
+                f"partitions must be an integer from 1 to {MAX_PARTITIONS}, not {n!r}")
         if schema is not None and not isinstance(schema, pa.Schema):
             from txlog.errors import SchemaMismatchError
 
@@ -122,6 +178,7 @@ class Log:
                     f"typed topic columns may not be named {sorted(reserved)}: readers add "
                     "them"
                 )
+        self.root_settings()  # (a new root gets its settings with its first topic)
         info = TopicInfo(name, n, schema if schema is not None else KAFKA_SCHEMA,
                          schema is None, topic_config(config, self.config), now_ms(),
                          uuid.uuid4().hex)
@@ -152,7 +209,7 @@ class Log:
                 + (f"; topics here: {', '.join(known)}" if known else "; no topics exist yet")
                 + ". Create it with create_topic() or `txlog topics create`."
             ) from None
-        info = TopicInfo.from_json(raw, layout.topic_meta(name))
+        info = TopicInfo.from_json(raw, layout.topic_meta(name), name)
         with self._lock:
             self._topics[name] = info
         return info
@@ -160,14 +217,14 @@ class Log:
     def _offsets_topic(self) -> TopicInfo:
         key = layout.topic_meta(CONSUMER_OFFSETS_TOPIC)
         try:
-            info = TopicInfo.from_json(self.store.get(key), key)
+            info = TopicInfo.from_json(self.store.get(key), key, CONSUMER_OFFSETS_TOPIC)
         except KeyError:
-            n = self.config["offsets.topic.num.partitions"]
+            n = self.root_settings()["offsets.topic.num.partitions"]
             info = TopicInfo(CONSUMER_OFFSETS_TOPIC, n, KAFKA_SCHEMA, True,
                              topic_config(None, self.config), now_ms(), uuid.uuid4().hex)
             body = dict(info.to_json(), token=new_token())
             if not self.store.put_if_absent(key, json.dumps(body, sort_keys=True).encode()):
-                info = TopicInfo.from_json(self.store.get(key), key)
+                info = TopicInfo.from_json(self.store.get(key), key, CONSUMER_OFFSETS_TOPIC)
         with self._lock:
             self._topics[CONSUMER_OFFSETS_TOPIC] = info
         return info
@@ -254,12 +311,14 @@ class Log:
             if self._coordinator is None:
                 from txlog.coordinator import Coordinator
 
+                self.root_settings()
                 self._coordinator = Coordinator(self)
             return self._coordinator
 
     def producer(self, *, transactional_id: str | None = None, **config: Any) -> Producer:
         from txlog.producer import Producer
 
+        self.root_settings()
         return Producer(self, transactional_id=transactional_id, **config)
 
     def consumer(self, *, group_id: str | None = None,

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from txlog import layout
+from txlog import checksums, layout
 from txlog.model import COMPACT, PURGE, RETENTION
 from txlog.partition_log import AppendSpec, encode_parquet
 from txlog.partition_state import VISIBLE, PartitionState, ReadSpan
@@ -185,8 +185,9 @@ def compact_partition(txlog: Log, tp: TopicPartition, report: PartitionReport | 
             tables = [with_kafka_columns(t, sorted(present)) for t in tables]
         if tables:
             seg = pa.concat_tables(tables)
-            key = layout.data_key(tp.topic, tp.partition, f"seg-{uuid.uuid4().hex}")
             body = encode_parquet(seg)
+            key = layout.data_key(tp.topic, tp.partition,
+                                  f"seg-{uuid.uuid4().hex}{checksums.tag(body)}")
             plog.store.put(key, body)
             nbytes = len(body)
         else:

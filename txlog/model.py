@@ -142,6 +142,19 @@ def decode_entry(raw: bytes, where: str) -> Entry:
     return e
 
 
+def named_objects(e: Entry) -> list[str]:
+    """Every object key ``e`` names (its batch objects, a compaction's segment)."""
+    keys = [e.data] if e.data else []
+    if e.extra is not None:
+        parts = e.extra.get(PARTS)
+        if isinstance(parts, list):
+            keys.extend(p[0] for p in parts if isinstance(p, list) and p
+                        and isinstance(p[0], str))
+        if e.kind == COMPACT and isinstance(e.extra.get("segment"), str):
+            keys.append(e.extra["segment"])
+    return keys
+
+
 _INT_FIELDS = ("slot", "base_offset", "count", "producer_id", "epoch", "base_sequence",
                "nbytes", "ts_min", "ts_max", "append_ms")
 

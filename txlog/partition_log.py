@@ -9,18 +9,27 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from txlog import completions, layout
+from txlog import checksums, completions, layout
 from txlog.checkpoint import decode_checkpoint, encode_checkpoint
 from txlog.errors import CorruptObjectError, ObjectNotFoundError, ProducerFencedError
 from txlog.fanout import fan_out
-from txlog.model import BEGIN, COMMIT, CONTROL_KINDS, DATA, PARTS, Entry, decode_entry
+from txlog.model import (
+    BEGIN,
+    COMMIT,
+    CONTROL_KINDS,
+    DATA,
+    PARTS,
+    Entry,
+    decode_entry,
+    named_objects,
+)
 from txlog.partition_state import PartitionState, ReadSpan
 from txlog.records import has_kafka_fields, now_ms
 from txlog.storage.base import ObjectStore
@@ -149,7 +158,10 @@ class PartitionLog:
         keys = self.store.list(layout.checkpoint_prefix(self.topic, self.partition))
         for key in reversed(keys):
             try:
-                return decode_checkpoint(self.store.get(key), key)
+                st = decode_checkpoint(self.store.get(key), key)
+                self._check_owned(set(st.batches.data) | {k for _, k in st.pending_deletes},
+                                  f"checkpoint {key}")
+                return st
             except ObjectNotFoundError:
                 continue  # deleted by a newer checkpoint's cleanup
             except CorruptObjectError as exc:
@@ -179,15 +191,26 @@ class PartitionLog:
         else:
             raws = [self.store.get(k) for k in run]
         for k, raw in zip(run, raws, strict=True):
-            st.apply(decode_entry(raw, k))
+            e = decode_entry(raw, k)
+            self._check_owned(named_objects(e), f"log entry {k}")
+            st.apply(e)
         return len(run)
+
+    def _check_owned(self, keys: Iterable[str], what: str) -> None:
+        for key in keys:
+            if key and not layout.owns(self.topic, self.partition, key):
+                raise CorruptObjectError(
+                    f"{what} names object {key!r}, outside {self.name}'s own data "
+                    f"({layout.data_prefix(self.topic, self.partition)}); an entry may only "
+                    "name its own partition's objects. It is corrupt, or was written by "
+                    "someone who should not write to this root: remove it")
 
     # -- appending -----------------------------------------------------------------------
 
     def write_data(self, table: pa.Table) -> tuple[str, int]:
         """Write a batch object under a unique name (plain put; not yet part of the log)."""
-        key = layout.data_key(self.topic, self.partition, unique())
         data = encode_parquet(table)
+        key = layout.data_key(self.topic, self.partition, unique() + checksums.tag(data))
         self.store.put_new(key, data)
         return key, len(data)
 
@@ -309,7 +332,7 @@ class PartitionLog:
         return self._trim(self._read_object(span.data, columns), span)
 
     def _read_object(self, key: str, columns: Sequence[str] | None) -> pa.Table:
-        return decode_parquet(self.store.get(key), key, columns)
+        return decode_parquet(checksums.verify(key, self.store.get(key)), key, columns)
 
     @staticmethod
     def _trim(table: pa.Table, span: ReadSpan) -> pa.Table:

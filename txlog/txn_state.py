@@ -9,6 +9,7 @@ import json
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, NamedTuple
 
+from txlog import layout
 from txlog.errors import (
     CorruptObjectError,
     InvalidTransactionTimeoutError,
@@ -192,6 +193,10 @@ def _pending_of(raw: list[Any]) -> tuple[PendingAppend, ...]:
         if not (isinstance(topic, str) and type(partition) is int and type(seq) is int
                 and ps):
             raise ValueError(f"invalid pending append to {topic!r}")
+        foreign = [p[0] for p in ps if not layout.owns(topic, partition, p[0])]
+        if foreign:
+            raise ValueError(f"pending batch object {foreign[0]!r} is not "
+                             f"{topic}-{partition}'s own")
         out.append(PendingAppend(topic, partition, seq, tuple(ps)))
     return tuple(out)
 

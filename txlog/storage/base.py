@@ -81,6 +81,12 @@ class ObjectStore(abc.ABC):
         settled by reading the object back and comparing bytes.
         """
 
+    def check_atomic_create(self) -> None:
+        """Before a process first writes to this root: raise AtomicCreateUnsupportedError
+        if the backend's create-if-absent is not atomic (a remote store probes once per
+        root and process, see remote.py).  Nothing to check by default."""
+        return None
+
     def probe_atomic_create(self) -> None:
         """Check that the backend really creates only-if-absent; raise if it does not.
 

@@ -248,6 +248,9 @@ class FaultyStore(ObjectStore):
     def probe_atomic_create(self) -> None:
         self.inner.probe_atomic_create()
 
+    def check_atomic_create(self) -> None:
+        self.inner.check_atomic_create()
+
     def put(self, key: str, data: bytes) -> None:
         self._call("put", key, self.inner.put, key, data)
 

@@ -13,6 +13,9 @@ Kafka's defaults on one machine; the default here is to fsync.
 
 fsspec's local ``mode="create"`` and ``open("xb")`` are not safe here: the first checks
 then writes, the second makes a half-written file visible under the final name.
+
+No open, create, delete or listing follows a symbolic link below the root (see
+beneath.py): a link there raises LinkInRootError instead of sending txlog elsewhere.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import errno
+import functools
 import os
 import threading
 import weakref
@@ -28,6 +32,7 @@ from typing import Any, TypeVar
 
 from txlog.errors import ObjectNotFoundError, StorageError
 from txlog.storage.base import ObjectStore, check_key
+from txlog.storage.beneath import open_beneath
 from txlog.unique import unique
 
 _TMP_PREFIX = ".tmp-"
@@ -38,6 +43,9 @@ _MAX_DIR_FDS = 128
 #: Relative opens, links and renames (POSIX): without them, the path-based calls below.
 _AT = {os.open, os.link, os.unlink, os.rename} <= os.supports_dir_fd  # (os.replace: as rename)
 _O_DSYNC = getattr(os, "O_DSYNC", 0)
+_O_DIR = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)
+_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_O_READ = os.O_RDONLY | _O_NOFOLLOW
 _T = TypeVar("_T")
 _Keys = list[str]  # the class's list() method shadows the builtin inside its body
 
@@ -50,12 +58,15 @@ class LocalStore(ObjectStore):
         self.root = os.path.abspath(root)
         self.fsync = fsync
         self._dirs: set[str] = set()  # directories known to exist
-        self._dir_fds = _DirFds()
+        os.makedirs(self.root, exist_ok=True)
+        # Opens below the root start here: a link naming the root itself is the user's.
+        self._real = os.path.realpath(self.root)
+        # (a plain function: a bound method would keep the store alive from its finalizer)
+        self._dir_fds = _DirFds(functools.partial(_open_dir, self._real, self.root))
         # Atomic creates through unnamed files (see _link_unnamed) where Linux has them.
         self._unnamed = _AT and hasattr(os, "O_TMPFILE")
         weakref.finalize(self, self._dir_fds.close_all)
-        os.makedirs(self.root, exist_ok=True)
-        self._identity = "file://" + os.path.realpath(self.root)
+        self._identity = "file://" + self._real
 
     def __getstate__(self) -> dict[str, Any]:
         return {"url": self.url, "root": self.root, "fsync": self.fsync}
@@ -71,21 +82,36 @@ class LocalStore(ObjectStore):
     def _path(self, key: str) -> str:
         return os.path.join(self.root, *check_key(key).split("/"))
 
+    def _parts(self, path: str) -> list[str]:
+        return _parts(self.root, path)
+
+    def _open_key(self, key: str) -> int:
+        """A descriptor of the object at ``key`` for reading (no link followed)."""
+        try:
+            return open_beneath(self._real, check_key(key).split("/"), _O_READ)
+        except (FileNotFoundError, NotADirectoryError):
+            raise ObjectNotFoundError(f"object {key!r} not found in {self.url}") from None
+
     def _ensure_dir(self, directory: str) -> None:
-        """Create ``directory`` and any missing parents; with fsync on, sync the parent
-        of each one created so the new names survive a power loss with what is in them."""
-        missing = []
-        d = directory
-        while not os.path.isdir(d):
-            missing.append(d)
-            d = os.path.dirname(d)
-        for m in reversed(missing):
-            try:
-                os.mkdir(m)
-            except FileExistsError:
-                pass
-            if self.fsync:
-                self._fsync_dir(os.path.dirname(m))
+        """Create ``directory`` and any missing parents, following no link; with fsync
+        on, sync the parent of each one created so the new names survive a power loss
+        with what is in them."""
+        if _AT:
+            os.close(open_beneath(self._real, self._parts(directory), _O_DIR,
+                                  create_dirs=True, fsync_dirs=self.fsync))
+        else:
+            missing = []
+            d = directory
+            while not os.path.isdir(d):
+                missing.append(d)
+                d = os.path.dirname(d)
+            for m in reversed(missing):
+                try:
+                    os.mkdir(m)
+                except FileExistsError:
+                    pass
+                if self.fsync:
+                    self._fsync_dir(os.path.dirname(m))
         if len(self._dirs) > _MAX_KNOWN_DIRS:
             self._dirs.clear()
         self._dirs.add(directory)
@@ -298,7 +324,7 @@ class LocalStore(ObjectStore):
                     self._dir_fds.forget(directory)
                     continue
                 try:
-                    st = os.stat(directory)
+                    st = os.stat(directory, follow_symlinks=False)
                 except FileNotFoundError:
                     st = None
                 if st is None or (st.st_dev, st.st_ino) != h.ident:
@@ -314,37 +340,48 @@ class LocalStore(ObjectStore):
             "it; stop whatever moves it, then retry")
 
     def get(self, key: str) -> bytes:
-        try:
-            with open(self._path(key), "rb") as f:
-                data = f.read()
-        except FileNotFoundError:
-            raise ObjectNotFoundError(f"object {key!r} not found in {self.url}") from None
+        with open(self._open_key(key), "rb") as f:
+            data = f.read()
         self.counter.add("get", len(data))
         return data
 
     def get_range(self, key: str, start: int, end: int) -> bytes:
-        try:
-            with open(self._path(key), "rb") as f:
-                f.seek(start)
-                data = f.read(max(0, end - start))
-        except FileNotFoundError:
-            raise ObjectNotFoundError(f"object {key!r} not found in {self.url}") from None
+        with open(self._open_key(key), "rb") as f:
+            f.seek(start)
+            data = f.read(max(0, end - start))
         self.counter.add("get_range", len(data))
         return data
 
     def size(self, key: str) -> int:
+        fd = self._open_key(key)
         try:
-            n = os.stat(self._path(key)).st_size
-        except FileNotFoundError:
-            raise ObjectNotFoundError(f"object {key!r} not found in {self.url}") from None
+            n = os.fstat(fd).st_size
+        finally:
+            os.close(fd)
         self.counter.add("head")
         return n
 
     def delete(self, key: str) -> None:
-        try:
-            os.unlink(self._path(key))
-        except FileNotFoundError:
-            pass
+        """Unlinks the name in its directory (a link there goes, never what it names);
+        a directory on the way that is a link raises LinkInRootError."""
+        parts = check_key(key).split("/")
+        if _AT:
+            try:
+                d = open_beneath(self._real, parts[:-1], _O_DIR)
+            except (FileNotFoundError, NotADirectoryError):
+                d = -1
+            if d >= 0:
+                try:
+                    os.unlink(parts[-1], dir_fd=d)
+                except FileNotFoundError:
+                    pass
+                finally:
+                    os.close(d)
+        else:
+            try:
+                os.unlink(self._path(key))
+            except FileNotFoundError:
+                pass
         self.counter.add("delete")
 
     def list(self, prefix: str, start_after: str | None = None) -> list[str]:
@@ -359,33 +396,41 @@ class LocalStore(ObjectStore):
             base_key, _, name_prefix = prefix.rpartition("/")
         else:
             base_key, name_prefix = prefix.rstrip("/"), ""
-        base = os.path.join(self.root, *base_key.split("/")) if base_key else self.root
+        try:
+            base = open_beneath(self._real, base_key.split("/") if base_key else [], _O_DIR)
+        except (FileNotFoundError, NotADirectoryError):
+            return []
         out: list[str] = []
         self._walk(base, base_key, name_prefix, start_after, out)
         out.sort()
         return out
 
     def _walk(
-        self, directory: str, dir_key: str, name_prefix: str, start_after: str | None,
+        self, directory: int, dir_key: str, name_prefix: str, start_after: str | None,
         out: _Keys,
     ) -> None:
+        """Lists the directory open as ``directory`` (and closes it); a link in it is
+        listed as a key, never followed."""
         try:
-            entries = list(os.scandir(directory))
-        except (FileNotFoundError, NotADirectoryError):
-            return
-        for entry in entries:
-            name = entry.name
-            if name.startswith(".") or not name.startswith(name_prefix):
-                continue
-            key = f"{dir_key}/{name}" if dir_key else name
-            if entry.is_dir(follow_symlinks=False):
-                # Prune a subtree whose every key sorts at or before start_after.
-                if start_after is not None and key + "/" < start_after \
-                        and not start_after.startswith(key + "/"):
+            for entry in list(os.scandir(directory)):
+                name = entry.name
+                if name.startswith(".") or not name.startswith(name_prefix):
                     continue
-                self._walk(entry.path, key, "", start_after, out)
-            elif start_after is None or key > start_after:
-                out.append(key)
+                key = f"{dir_key}/{name}" if dir_key else name
+                if entry.is_dir(follow_symlinks=False):
+                    # Prune a subtree whose every key sorts at or before start_after.
+                    if start_after is not None and key + "/" < start_after \
+                            and not start_after.startswith(key + "/"):
+                        continue
+                    try:
+                        sub = os.open(name, _O_DIR | _O_NOFOLLOW, dir_fd=directory)
+                    except OSError:
+                        continue  # removed, or replaced by a link or a file, since the scan
+                    self._walk(sub, key, "", start_after, out)
+                elif start_after is None or key > start_after:
+                    out.append(key)
+        finally:
+            os.close(directory)
 
     def full_path(self, key: str) -> str:
         return "file://" + self._path(key)
@@ -397,6 +442,16 @@ class LocalStore(ObjectStore):
 
     def fs_path(self, key: str) -> str:
         return self._path(key)
+
+
+def _parts(root: str, path: str) -> list[str]:
+    """The components of ``path`` (a key's path or a directory of one) below ``root``."""
+    rel = os.path.relpath(path, root)
+    return [] if rel == "." else rel.split(os.sep)
+
+
+def _open_dir(real_root: str, root: str, directory: str) -> int:
+    return open_beneath(real_root, _parts(root, directory), _O_DIR)
 
 
 class _DirGone(Exception):
@@ -419,7 +474,8 @@ class _DirFds:
     recently used closed past _MAX_DIR_FDS.  One is closed only once no write uses it:
     its number may be reused by the next open at once."""
 
-    def __init__(self) -> None:
+    def __init__(self, opener: Callable[[str], int]) -> None:
+        self._opener = opener
         self._lock = threading.Lock()
         self._open: collections.OrderedDict[str, _DirFd] = collections.OrderedDict()
         _ALL.add(self)
@@ -433,7 +489,7 @@ class _DirFds:
                 h.users += 1
                 self._open.move_to_end(path)
                 return h
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        fd = self._opener(path)
         try:
             h = _DirFd(fd)
         except BaseException:

@@ -26,14 +26,26 @@ Outcomes of a conditional create and how they are settled:
 Settling by read-back needs every writer's payload for a key to be unique (txlog embeds a
 writer token in every claimed object): two writers racing with identical bytes would both
 be told they won.
+
+Some S3-compatible servers ignore ``If-None-Match`` and overwrite: every writer would then
+win its create.  So before a process first writes to a root (txlog.Log calls
+:meth:`RemoteStore.check_atomic_create`), it probes the server: a second create of one
+key must lose (:meth:`RemoteStore.probe_atomic_create`); a server that fails is refused
+with AtomicCreateUnsupportedError.  A passing verdict is kept in a small object in the
+root, one per endpoint (``_meta/atomic-create/``), so later processes read it instead of
+probing.  The storage option ``txlog_probe_atomic_create: False`` skips the check, for a
+server known to honour the condition where the probe cannot run.
 """
 
 from __future__ import annotations
 
 import errno
+import hashlib
 import importlib.util
+import json
 import os
 import random
+import threading
 import time
 import uuid
 from typing import Any
@@ -77,6 +89,14 @@ def _shared_s3_session() -> Any:
         session = _S3_SESSIONS[pid] = AioSession()
     return session
 
+
+#: The storage option that skips the atomic-create check (the escape hatch).
+PROBE_OPTION = "txlog_probe_atomic_create"
+#: Where a root keeps the verdicts of the check, one object per endpoint.
+VERDICT_PREFIX = "_meta/atomic-create/"
+# Verdicts of this process by store identity: "" passed, else the refusal's message.
+_VERDICTS: dict[str, str] = {}
+_VERDICT_LOCK = threading.Lock()
 
 # Outcome classes of a failed conditional create.
 _LOST = "lost"            # the server says an object exists (maybe ours, from a retry)
@@ -217,6 +237,13 @@ class RemoteStore(ObjectStore):
         self.prefix = f"{path}/" if path else ""
         self.root = f"{bucket}/{path}" if path else bucket
         options.pop("txlog_client", None)  # txlog's own; see _pick_client
+        probe = options.pop(PROBE_OPTION, True)
+        if not isinstance(probe, bool):
+            raise ConfigError(f"storage option {PROBE_OPTION!r} must be True or False, "
+                              f"not {probe!r}")
+        #: False once this store's root is known to refuse a second create (or the
+        #: storage options say not to check).
+        self._probe_pending = probe
         # Listings must always be fresh; never share an instance (or its event-loop-bound
         # session) with another store, thread pool or forked process.
         options.setdefault("use_listings_cache", False)
@@ -295,6 +322,9 @@ class RemoteStore(ObjectStore):
         Returns True exactly when the object at ``key`` holds ``data`` because of this
         call.  Callers must make ``data`` unique per writer (see the module docstring).
         """
+        return self._put_if_absent(key, data)
+
+    def _put_if_absent(self, key: str, data: bytes) -> bool:
         path = self.fs_path(key)
         data = bytes(data)
         fast = self.fast()
@@ -558,6 +588,46 @@ class RemoteStore(ObjectStore):
 
     # -- configuration check ---------------------------------------------------------
 
+    def _verdict_key(self) -> str:
+        # One per endpoint: a proxy in front of the same bucket may behave otherwise.
+        return f"{VERDICT_PREFIX}{hashlib.sha256(self.identity.encode()).hexdigest()[:32]}.json"
+
+    def check_atomic_create(self) -> None:
+        """Once per root and process: the stored verdict, else the probe (whose passing
+        verdict is then stored); raises AtomicCreateUnsupportedError if it failed."""
+        if not self._probe_pending:
+            return
+        with _VERDICT_LOCK:
+            known = _VERDICTS.get(self.identity)
+            if known is None:
+                known = self._stored_verdict()
+                if known is None:
+                    try:
+                        self.probe_atomic_create()
+                    except AtomicCreateUnsupportedError as exc:
+                        _VERDICTS[self.identity] = str(exc)
+                        raise
+                    known = ""
+                    body = {"v": 1, "verdict": "atomic", "checked_ms": int(time.time() * 1000),
+                            "endpoint": self._endpoint}
+                    try:
+                        self.put(self._verdict_key(), json.dumps(body).encode())
+                    except StorageError:
+                        pass  # (read-only elsewhere: the next process probes again)
+                _VERDICTS[self.identity] = known
+        if known:
+            raise AtomicCreateUnsupportedError(known)
+        self._probe_pending = False
+
+    def _stored_verdict(self) -> str | None:
+        """"" when the root holds a passing verdict for this endpoint, else None."""
+        try:
+            d = json.loads(self.get(self._verdict_key()))
+        except (KeyError, ValueError, UnicodeDecodeError):
+            return None
+        ok = isinstance(d, dict) and d.get("v") == 1 and d.get("verdict") == "atomic"
+        return "" if ok else None
+
     def probe_atomic_create(self) -> None:
         """Create a probe object twice; refuse a server where the second create also wins.
 
@@ -568,16 +638,18 @@ class RemoteStore(ObjectStore):
         first = f"txlog atomic-create probe {key} writer 1".encode()
         second = f"txlog atomic-create probe {key} writer 2".encode()
         try:
-            if not self.put_if_absent(key, first):
+            if not self._put_if_absent(key, first):
                 raise AtomicCreateUnsupportedError(
                     f"backend {self.backend!r} at {self.url}: a conditional create of the "
                     f"fresh probe key {key!r} did not succeed"
                 )
-            if self.put_if_absent(key, second):
+            if self._put_if_absent(key, second):
                 raise AtomicCreateUnsupportedError(
                     f"backend {self.backend!r} at {self.url} ignores conditional creates "
                     "(If-None-Match: *): a second create of the same key also succeeded. "
-                    "txlog needs an atomic create-if-absent; use a server that supports it"
+                    "txlog needs an atomic create-if-absent; use a server that supports it "
+                    f"(storage option {PROBE_OPTION}=False skips this check, for a server "
+                    "known to honour the condition that this probe misjudges)"
                 )
         finally:
             try:
@@ -605,7 +677,7 @@ def _pick_client(url: str, backend: str, options: dict[str, Any]) -> dict[str, A
             raise ConfigError(f"storage option txlog_client='obstore' applies to s3:// "
                               f"stores only, not {url!r}")
         return None
-    rest = {k: v for k, v in options.items() if k != "txlog_client"}
+    rest = {k: v for k, v in options.items() if k not in ("txlog_client", PROBE_OPTION)}
     kwargs = obstore_s3.store_kwargs(rest) if importlib.util.find_spec("obstore") else None
     if kwargs is None and choice == "obstore":
         raise ConfigError(
