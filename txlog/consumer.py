@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from txlog.config import normalize_key
+from txlog.config import coerce, normalize_key
 from txlog.errors import ConfigError, InvalidTxnStateError
 from txlog.names import validate_id
 from txlog.offsets import encode_offset_commits, offsets_partition, read_committed_offsets
@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from txlog.log import Log
 
 _RESOLVE_EVERY_MS = 200
+_CONSUMER_KEYS = ("max.poll.records", "fetch.max.bytes", "max.partition.fetch.bytes")
 
 
 class Consumer:
@@ -46,11 +47,16 @@ class Consumer:
         if auto_offset_reset not in ("earliest", "latest", "none"):
             raise ConfigError(
                 f"auto_offset_reset must be earliest, latest or none, not {auto_offset_reset!r}")
-        self.max_poll_records = int(txlog.config["max.poll.records"])
+        options = {k: txlog.config[k] for k in _CONSUMER_KEYS}
         for k, v in config.items():
-            if normalize_key(k) != "max.poll.records":
-                raise ConfigError(f"unknown consumer option {k!r}")
-            self.max_poll_records = int(v)
+            key = normalize_key(k)
+            if key not in _CONSUMER_KEYS:
+                raise ConfigError(f"unknown consumer option {k!r}; consumer options: "
+                                  f"{', '.join(sorted(_CONSUMER_KEYS))}")
+            options[key] = coerce(key, v)
+        self.max_poll_records = int(options["max.poll.records"])
+        self.fetch_max_bytes = int(options["fetch.max.bytes"])
+        self.max_partition_fetch_bytes = int(options["max.partition.fetch.bytes"])
         self.log = txlog
         self.group_id = validate_id("group.id", group_id) if group_id is not None else None
         self.isolation_level = isolation_level
@@ -183,8 +189,9 @@ class Consumer:
         # not skip records that were read but never returned.
         moved: dict[TopicPartition, int] = {}
         n = len(self._assignment)
+        room = self.fetch_max_bytes
         for i in range(n):
-            if budget <= 0:
+            if budget <= 0 or room <= 0:
                 break
             tp = self._assignment[(self._next + i) % n]
             pos = self.position(tp)
@@ -205,6 +212,20 @@ class Consumer:
                 take.append(s)
                 total += s.take
             tables = plog.read_spans(take)
+            # Kafka's byte limits: batches up to max.partition.fetch.bytes here and
+            # fetch.max.bytes in all, at least one batch per poll so it makes progress.
+            limit = min(room, self.max_partition_fetch_bytes)
+            kept, size = 0, 0
+            for t in tables:
+                if size + t.nbytes > limit and (kept or out):
+                    break
+                size += t.nbytes
+                kept += 1
+            if not kept:
+                break
+            take, tables = take[:kept], tables[:kept]
+            total = sum(s.take for s in take)
+            room -= size
             kafka = self.log.topic(tp.topic).kafka_shaped
             meta, row = [], 0
             pieces, offsets = [], []

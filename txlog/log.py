@@ -16,7 +16,12 @@ from txlog.config import load_config, topic_config
 from txlog.errors import CorruptObjectError, StorageError, TopicExistsError, UnknownTopicError
 from txlog.fanout import fan_out
 from txlog.model import new_token
-from txlog.names import CONSUMER_OFFSETS_TOPIC, INTERNAL_TOPICS, validate_topic
+from txlog.names import (
+    CONSUMER_OFFSETS_TOPIC,
+    INTERNAL_TOPICS,
+    validate_root_url,
+    validate_topic,
+)
 from txlog.partition_log import PartitionLog
 from txlog.records import KAFKA_SCHEMA, TopicPartition, now_ms, schema_from_json, schema_to_json
 from txlog.storage import ObjectStore, open_store
@@ -78,7 +83,7 @@ class Log:
 
     def __init__(self, url: str, storage_options: dict[str, Any] | None = None,
                  **config: Any) -> None:
-        self.url = url
+        self.url = validate_root_url(url)
         self.storage_options = dict(storage_options or {})
         self._explicit_config = dict(config)
         self.config = load_config(config)
@@ -104,6 +109,7 @@ class Log:
                      schema: pa.Schema | None = None,
                      config: dict[str, Any] | None = None) -> TopicInfo:
         validate_topic(name)
+        _refuse_internal(name, "create")
         n = self.config["num.partitions"] if partitions is None else partitions
         if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= 100_000:
             from txlog.errors import ConfigError
@@ -207,6 +213,7 @@ class Log:
                 "created_ms": info.created_ms, "partition_info": parts}
 
     def delete_topic(self, name: str) -> None:
+        _refuse_internal(name, "delete")
         info = self.topic(name)
         # Metadata first: new readers stop finding the topic before its objects go.
         self.store.delete(layout.topic_meta(name))
@@ -242,7 +249,8 @@ class Log:
                 plog = PartitionLog(self.store, tp.topic, tp.partition,
                                     checkpoint_interval=int(
                                         info.config.get("checkpoint.interval.batches",
-                                                        self.config["checkpoint.interval.batches"])))
+                                                        self.config["checkpoint.interval.batches"])),
+                                    fetch_max_bytes=self.config["fetch.max.bytes"])
                 self._partitions[tp] = plog
             return plog
 
@@ -275,6 +283,15 @@ class Log:
         from txlog.metrics import log_metrics
 
         return log_metrics(self, refresh=refresh, topics=topics)
+
+
+def _refuse_internal(name: str, what: str) -> None:
+    if name in INTERNAL_TOPICS:
+        from txlog.errors import InvalidTopicError
+
+        raise InvalidTopicError(
+            f"cannot {what} internal topic {name!r}: txlog manages it (consumer offsets "
+            "are written by commit() and send_offsets_to_transaction())")
 
 
 def connect(url: str, storage_options: dict[str, Any] | None = None, **config: Any) -> Log:

@@ -326,3 +326,70 @@ def schema_from_json(s: str) -> pa.Schema:
     import base64
 
     return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(s)))
+
+
+
+def largest_record(table: pa.Table) -> int:
+    """The size in bytes of the table's largest record as the size limits count it:
+    the bytes of its variable-width values (binary, strings, and lists and structs of
+    them, header keys and values included) plus its share of the fixed-width columns."""
+    import pyarrow.compute as pc
+
+    if not table.num_rows:
+        return 0
+    total = pa.repeat(pa.scalar(0, pa.int64()), table.num_rows)
+    for col in table.columns:
+        total = pc.add(total, _value_sizes(col.combine_chunks()))
+    return int(pc.max(total).as_py() or 0)
+
+
+def _value_sizes(arr: pa.Array) -> pa.Array:
+    """Per value of ``arr``, its bytes as largest_record() counts them (int64)."""
+    import pyarrow.compute as pc
+
+    t = arr.type
+    n = len(arr)
+    if pa.types.is_binary(t) or pa.types.is_string(t) or pa.types.is_large_binary(t) \
+            or pa.types.is_large_string(t):
+        return pc.fill_null(pc.binary_length(arr), 0).cast(pa.int64())
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_map(t):
+        # Per row, the inner sizes between its offsets: differences of a running sum.
+        inner = _value_sizes(arr.values)
+        running = pa.concat_arrays([pa.array([0], pa.int64()),
+                                    pc.cumulative_sum(inner).cast(pa.int64())])
+        offsets = arr.offsets.cast(pa.int64())
+        ends = pc.take(running, offsets.slice(1))
+        starts = pc.take(running, offsets.slice(0, n))
+        return pc.subtract(ends, starts)
+    if pa.types.is_struct(t):
+        out = pa.repeat(pa.scalar(0, pa.int64()), n)
+        for i in range(t.num_fields):
+            out = pc.add(out, _value_sizes(arr.field(i)))
+        return out
+    try:
+        width = t.bit_width // 8
+    except ValueError:  # not fixed-width
+        width = 0
+    if not width:
+        width = -(-arr.nbytes // max(1, n))  # other types: an even share of their bytes
+    return pa.repeat(pa.scalar(width, pa.int64()), n)
+
+
+#: A batch object may declare this many times its stored size in decoded bytes before
+#: its declared size counts against fetch.max.bytes: txlog's own objects (snappy) stay
+#: far below it, while a decompression bomb (kilobytes that decode into gigabytes) does not.
+MAX_DECODED_RATIO = 64
+DEFAULT_FETCH_MAX_BYTES = 52_428_800
+
+
+def check_declared_size(declared: int, stored: int, where: str, *,
+                        fetch_max_bytes: int = DEFAULT_FETCH_MAX_BYTES) -> None:
+    """Refuse to decode an object whose header declares more decoded bytes than both
+    ``fetch_max_bytes`` and MAX_DECODED_RATIO times its stored size."""
+    from txlog.errors import RecordTooLargeError
+
+    if declared > max(fetch_max_bytes, MAX_DECODED_RATIO * stored):
+        raise RecordTooLargeError(
+            f"batch object {where} declares {declared} bytes decoded from {stored} stored, "
+            f"more than fetch.max.bytes ({fetch_max_bytes}) and {MAX_DECODED_RATIO} times "
+            "its size; txlog does not decode it (raise fetch.max.bytes if it is genuine)")
