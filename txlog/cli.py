@@ -98,7 +98,9 @@ def _connect(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Any:
         if not isinstance(opts, dict):
             parser.error("--storage-options must be a JSON object")
     config = _kv_pairs(args.property or [], "-X/--property", parser)
-    return txlog.connect(root, opts, **config)
+    # Only `topics create` makes a root: any other command on a mistyped path would
+    # leave an empty directory behind (and report an empty root).
+    return txlog.connect(root, opts, create=args.func is cmd_topics_create, **config)
 
 
 def _kv_pairs(items: Sequence[str], what: str, parser: argparse.ArgumentParser,
@@ -555,7 +557,10 @@ def cmd_maintain(log: Any, args: argparse.Namespace, out: Out,
             f"\n({idle} other partition(s): nothing to do)" if idle else "")
 
     out.emit(d, text)
-    return 0
+    # One line per failure; everything else was done (and is in the report above).
+    for failure in report.failures:
+        sys.stderr.write(f"{PROG}: error: {failure}\n")
+    return 1 if report.failures else 0
 
 
 def cmd_describe(log: Any, args: argparse.Namespace, out: Out,

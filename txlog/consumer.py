@@ -28,7 +28,7 @@ from txlog.records import (
     table_to_records,
     with_append_time,
 )
-from txlog.resolve import resolve_lso
+from txlog.resolve import resolve_or_read
 
 if TYPE_CHECKING:
     from txlog.log import Log
@@ -97,7 +97,7 @@ class Consumer:
                 now = now_ms()
                 if now - self._last_resolve.get(tp, 0) >= _RESOLVE_EVERY_MS:
                     self._last_resolve[tp] = now
-                    st = resolve_lso(self.log, tp)
+                    st = resolve_or_read(self.log, tp)
             return st
         return self.log.partition_log(tp).refresh()
 

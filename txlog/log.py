@@ -81,13 +81,15 @@ class Log:
     to rebuild it (URL, storage options, config), so it can travel to Spark workers.
     """
 
-    def __init__(self, url: str, storage_options: dict[str, Any] | None = None,
-                 **config: Any) -> None:
+    def __init__(self, url: str, storage_options: dict[str, Any] | None = None, *,
+                 create: bool = True, **config: Any) -> None:
         self.url = validate_root_url(url)
         self.storage_options = dict(storage_options or {})
         self._explicit_config = dict(config)
         self.config = load_config(config)
-        self.store: ObjectStore = open_store(url, self.storage_options)
+        self.store: ObjectStore = open_store(
+            url, self.storage_options, create=create,
+            connect_timeout_ms=self.config["socket.connection.setup.timeout.ms"])
         self._lock = threading.RLock()
         self._topics: dict[str, TopicInfo] = {}
         self._partitions: dict[TopicPartition, PartitionLog] = {}
@@ -294,6 +296,9 @@ def _refuse_internal(name: str, what: str) -> None:
             "are written by commit() and send_offsets_to_transaction())")
 
 
-def connect(url: str, storage_options: dict[str, Any] | None = None, **config: Any) -> Log:
-    """Open the txlog root at ``url`` (a path, file://, s3://, gs://, abfs:// or memory://)."""
-    return Log(url, storage_options, **config)
+def connect(url: str, storage_options: dict[str, Any] | None = None, *, create: bool = True,
+            **config: Any) -> Log:
+    """Open the txlog root at ``url`` (a path, file://, s3://, gs://, abfs:// or memory://).
+    With ``create=False`` a local root that does not exist is an error (RootNotFoundError)
+    instead of a new empty directory."""
+    return Log(url, storage_options, create=create, **config)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from txlog import layout
+from txlog.errors import TxlogError
 from txlog.model import COMPACT, PURGE, RETENTION
 from txlog.partition_log import AppendSpec, encode_parquet
 from txlog.partition_state import VISIBLE, PartitionState, ReadSpan
@@ -34,6 +35,8 @@ class PartitionReport:
     segments_written: int = 0
     objects_deleted: int = 0
     checkpoint: str | None = None
+    #: Why maintaining this partition stopped part-way (None: it did not).
+    error: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -43,10 +46,13 @@ class PartitionReport:
 class MaintenanceReport:
     swept_transactions: list[str] = field(default_factory=list)
     partitions: list[PartitionReport] = field(default_factory=list)
+    #: Every failure, one line each ("<what>: <error>"): the sweep, a topic, a partition.
+    failures: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {"swept_transactions": self.swept_transactions,
-                "partitions": [p.to_json() for p in self.partitions]}
+                "partitions": [p.to_json() for p in self.partitions],
+                "failures": self.failures}
 
 
 def retention_offset(st: PartitionState, retention_ms: int, retention_bytes: int,
@@ -206,23 +212,42 @@ def maintain(txlog: Log, topics: list[str] | None = None, *, compact: bool = Tru
              progress: Callable[[int, int, str], None] | None = None,
              now: int | None = None) -> MaintenanceReport:
     """The whole sweep: finish or abort stuck transactions, then per partition retention,
-    compaction, purge of expired objects and a fresh checkpoint."""
-    report = MaintenanceReport(swept_transactions=txlog.coordinator.sweep())
+    compaction, purge of expired objects and a fresh checkpoint.  One bad object or
+    partition does not stop the others: each failure is in ``report.failures`` (and the
+    partition's ``error``), and the command line exits non-zero when there is one."""
+    from txlog.resolve import resolve_lso
+
+    report = MaintenanceReport()
+    try:
+        report.swept_transactions = txlog.coordinator.sweep()
+    except TxlogError as exc:
+        report.failures.append(f"transaction sweep: {_one_line(exc)}")
     names = topics if topics is not None else txlog.list_topics(internal=True)
-    tps = [tp for t in names for tp in txlog.partitions_for(t)]
+    tps = []
+    for t in names:
+        try:
+            tps += txlog.partitions_for(t)
+        except TxlogError as exc:
+            report.failures.append(f"topic {t}: {_one_line(exc)}")
     for n, tp in enumerate(tps):
         if progress:
             progress(n, len(tps), f"{tp.topic}-{tp.partition}")
-        from txlog.resolve import resolve_lso
-
-        resolve_lso(txlog, tp)
         pr = PartitionReport(tp.topic, tp.partition)
-        pr.retained_from = apply_retention(txlog, tp, now)
-        if compact:
-            compact_partition(txlog, tp, pr)
-        pr.objects_deleted = purge(txlog, tp, now)
-        pr.checkpoint = txlog.partition_log(tp).write_checkpoint()
+        try:
+            resolve_lso(txlog, tp)
+            pr.retained_from = apply_retention(txlog, tp, now)
+            if compact:
+                compact_partition(txlog, tp, pr)
+            pr.objects_deleted = purge(txlog, tp, now)
+            pr.checkpoint = txlog.partition_log(tp).write_checkpoint()
+        except TxlogError as exc:
+            pr.error = _one_line(exc)
+            report.failures.append(f"{tp.topic}-{tp.partition}: {pr.error}")
         report.partitions.append(pr)
     if progress:
         progress(len(tps), len(tps), "done")
     return report
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__

@@ -87,9 +87,9 @@ def read_committed_offsets(txlog: Log, group_id: str, tps: Iterable[TopicPartiti
     otp = offsets_partition(txlog, group_id)
     plog = txlog.partition_log(otp)
     st = plog.refresh()
-    from txlog.resolve import resolve_lso
+    from txlog.resolve import resolve_or_read
 
-    st = resolve_lso(txlog, otp)
+    st = resolve_or_read(txlog, otp)
     # Every committed batch counts, also those above the LSO: another group's transaction
     # still open in this offsets partition must not hide this group's later commits (a
     # restarted consume-transform-produce client would process its input twice).

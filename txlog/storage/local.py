@@ -45,7 +45,8 @@ _Keys = list[str]  # the class's list() method shadows the builtin inside its bo
 class LocalStore(ObjectStore):
     backend = "local"
 
-    def __init__(self, url: str, root: str, *, fsync: bool = True) -> None:
+    def __init__(self, url: str, root: str, *, fsync: bool = True, create: bool = True,
+                 ) -> None:
         super().__init__(url)
         self.root = os.path.abspath(root)
         self.fsync = fsync
@@ -54,7 +55,14 @@ class LocalStore(ObjectStore):
         # Atomic creates through unnamed files (see _link_unnamed) where Linux has them.
         self._unnamed = _AT and hasattr(os, "O_TMPFILE")
         weakref.finalize(self, self._dir_fds.close_all)
-        os.makedirs(self.root, exist_ok=True)
+        if create:
+            os.makedirs(self.root, exist_ok=True)
+        elif not os.path.isdir(self.root):
+            from txlog.errors import RootNotFoundError
+
+            raise RootNotFoundError(
+                f"no txlog root at {url}: the directory {self.root} does not exist; check "
+                "the path (txlog creates a root when something is first written to it)")
         self._identity = "file://" + os.path.realpath(self.root)
 
     def __getstate__(self) -> dict[str, Any]:
