@@ -84,8 +84,9 @@ def templates(rng: random.Random, files: dict[str, Path]) -> list[str]:
 
 
 def hostile_root(tmp_path: Path) -> str:
-    """A root holding a topic with records, a stray key under _txn/, and a topic whose
-    last log entry claims 2**64 records."""
+    """A root holding a topic with records, keys txlog never writes (under _txn/, in a log
+    directory, beside topic metadata), and a topic whose last log entry claims 2**64
+    records."""
     root = str(tmp_path / "root")
     log = txlog.connect(root)
     log.create_topic("t")
@@ -97,6 +98,11 @@ def hostile_root(tmp_path: Path) -> str:
         p.close()
     log.store.put("_txn/stray-key", b"\xff not a txlog object")
     log.store.put("_txn/pid-blocks/garbage.json", b"{}")
+    log.store.put("_txn/state/000/log/000000/garbage.json", b"{}")
+    log.store.put("topics/t/0/log/000000/zzz.json", b"{}")
+    log.store.put("_meta/topics/not a topic.json", b"{}")
+    for n in range(50):  # a stray key in every state-log partition
+        log.store.put(f"_txn/state/{n:03d}/log/000000/stray.json", b"{}")
     key = log.store.list(layout.log_prefix("huge", 0))[-1]
     raw = json.loads(log.store.get(key))
     raw["count"] = 2**64
@@ -159,12 +165,15 @@ def test_named_inputs_end_in_one_line(argv: list[str], tmp_path: Path,
     assert "error: " in lines[-1], err
 
 
-def test_stray_keys_under_txn_are_not_state(tmp_path: Path,
-                                            capsys: pytest.CaptureFixture[str],
-                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_stray_keys_are_not_state(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                  monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TXLOG_ROOT", hostile_root(tmp_path))
     rc, out, err = run(["transactions", "list"], capsys)
     assert rc == 0, err
+    rc, out, err = run(["topics", "list", "--json"], capsys)
+    assert rc == 0 and [t["name"] for t in json.loads(out)] == ["huge", "t"], err
+    rc, out, err = run(["consume", "t", "--from-beginning"], capsys)
+    assert rc == 0 and [json.loads(x)["value"] for x in out.splitlines()] == ["v"], err
     rc, out, err = run(["produce", "t", "--transactional-id", "tx"], capsys,
                        b'{"value": "x"}\n')
     assert rc == 0 and "Produced 1 record" in out, err

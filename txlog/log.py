@@ -19,6 +19,7 @@ from txlog.model import new_token
 from txlog.names import (
     CONSUMER_OFFSETS_TOPIC,
     INTERNAL_TOPICS,
+    is_topic_name,
     validate_root_url,
     validate_topic,
 )
@@ -184,7 +185,9 @@ class Log:
         keys = self.store.list(layout.TOPIC_META_PREFIX)
         names = [k[len(layout.TOPIC_META_PREFIX):-len(".json")] for k in keys
                  if k.endswith(".json")]
-        return sorted(n for n in names if internal or n not in INTERNAL_TOPICS)
+        # An object whose name is no topic name was not written by txlog: not a topic.
+        return sorted(n for n in names if (internal or n not in INTERNAL_TOPICS)
+                      and is_topic_name(n))
 
     def describe_topic(self, name: str) -> dict[str, Any]:
         """The topic's metadata and, per partition, the offsets a reader would see: a

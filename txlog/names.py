@@ -24,6 +24,15 @@ def validate_topic(name: str) -> str:
     return name
 
 
+def is_topic_name(name: str) -> bool:
+    """Whether ``name`` is one a topic may have (internal topics included)."""
+    try:
+        validate_topic(name)
+    except InvalidNameError:
+        return False
+    return True
+
+
 def validate_id(kind: str, value: str) -> str:
     """transactional.id, group.id, txnAppId: safe to embed in JSON and object keys."""
     if not isinstance(value, str) or not _ID.fullmatch(value) or value in (".", ".."):

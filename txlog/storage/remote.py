@@ -181,8 +181,9 @@ class RemoteStore(ObjectStore):
     retry_base_delay = 0.05
     retry_max_delay = 2.0
     #: How long a call retries a server it cannot connect to (txlog's configuration
-    #: socket.connection.setup.timeout.ms sets it): a mistyped endpoint or a server that
-    #: is down fails in seconds, not after every attempt's own retries.
+    #: socket.connection.setup.timeout.ms sets it; a Log rebuilt from a pickle sets it
+    #: again): a mistyped endpoint or a server that is down fails in seconds, not after
+    #: every attempt's own retries.
     connect_timeout_s = 10.0
 
     @property
@@ -246,12 +247,10 @@ class RemoteStore(ObjectStore):
 
     def __getstate__(self) -> dict[str, Any]:
         return {"url": self.url, "backend": self.backend,
-                "storage_options": self.storage_options,
-                "connect_timeout_s": self.connect_timeout_s}
+                "storage_options": self.storage_options}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["url"], state["backend"], state["storage_options"])  # type: ignore[misc]
-        self.connect_timeout_s = state.get("connect_timeout_s", self.connect_timeout_s)
 
     # -- the filesystem ----------------------------------------------------------------
 
