@@ -2,7 +2,7 @@
 message.max.bytes, or buffer.memory) fails its send() with RecordTooLargeError; a batch
 object whose footer declares a decompression bomb is refused before it is decoded; a poll
 returns at most max.partition.fetch.bytes per partition and fetch.max.bytes in all (one
-batch at least)."""
+batch at least).  A checkpoint (Arrow IPC) declaring a bomb is refused the same way."""
 
 from __future__ import annotations
 
@@ -14,10 +14,11 @@ import pyarrow.parquet as pq
 import pytest
 
 import txlog
-from txlog.errors import ConfigError, RecordTooLargeError
+from txlog.checkpoint import decode_checkpoint
+from txlog.errors import ConfigError, CorruptObjectError, RecordTooLargeError
 from txlog.model import decode_entry
 from txlog.partition_log import decode_parquet
-from txlog.records import TopicPartition, kafka_table, largest_record
+from txlog.records import TopicPartition, ipc_declared_size, kafka_table, largest_record
 
 TP = TopicPartition("t", 0)
 
@@ -148,7 +149,10 @@ def test_poll_returns_at_most_the_fetch_byte_limits() -> None:
         p.send("t", bytes([i]) * 1000)
         p.flush()  # one batch object each
     p.close()
-    c = log.consumer(max_partition_fetch_bytes=2500)
+    # Kafka counts batches as stored: room for two of them (and not three) per poll.
+    stored = log.partition_log(TP).refresh().batches.nbytes
+    assert len(stored) == 6 and 2 * max(stored) < 3 * min(stored)
+    c = log.consumer(max_partition_fetch_bytes=2 * max(stored))
     c.assign([TP])
     c.seek_to_beginning()
     sizes = []
@@ -165,3 +169,37 @@ def test_poll_returns_at_most_the_fetch_byte_limits() -> None:
     assert got == list(range(6))
     with pytest.raises(ConfigError, match=r"fetch\.max\.bytes"):
         log.consumer(fetch_max_bytes=-1)
+
+
+def _ipc(table: pa.Table, compression: str | None) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema,
+                           options=pa.ipc.IpcWriteOptions(compression=compression)) as w:
+        w.write_table(table)
+    return bytes(sink.getvalue().to_pybytes())
+
+
+@pytest.mark.parametrize("compression", [None, "zstd", "lz4"])
+def test_ipc_declared_size_reads_what_a_stream_decodes_into(compression: str | None) -> None:
+    table = pa.table({"a": pa.array(range(10_000), pa.int64()),
+                      "s": pa.array(["x" * 10] * 10_000),
+                      "d": pa.array(["p", "q"] * 5_000).dictionary_encode()})
+    declared = ipc_declared_size(_ipc(table, compression))
+    assert table.nbytes <= declared <= table.nbytes + 1024
+
+
+def test_a_checkpoint_bomb_is_refused_before_decoding() -> None:
+    zeros = pa.table({"a": pa.repeat(pa.scalar(0, pa.int64()), 7_000_000)})  # 56 MB
+    raw = _ipc(zeros, "zstd")
+    del zeros
+    assert len(raw) < 100_000
+    with pytest.raises(CorruptObjectError, match=r"checkpoint c\.arrow declares 56000000 "
+                                                 r"bytes decoded"):
+        decode_checkpoint(raw, "c.arrow")
+    # A forged length prefix (a few bytes that claim a terabyte) is refused the same way.
+    small = bytearray(_ipc(pa.table({"a": pa.array(range(1000), pa.int64())}), "zstd"))
+    prefix = (8000).to_bytes(8, "little")
+    at = small.index(prefix)
+    small[at:at + 8] = (1 << 40).to_bytes(8, "little")
+    with pytest.raises(CorruptObjectError, match="declares"):
+        decode_checkpoint(bytes(small), "c.arrow")

@@ -8,6 +8,7 @@ topics to this consumer; the group id names whose committed offsets it uses.
 
 from __future__ import annotations
 
+import bisect
 import time
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -19,7 +20,7 @@ from txlog.errors import ConfigError, InvalidTxnStateError
 from txlog.names import validate_id
 from txlog.offsets import encode_offset_commits, offsets_partition, read_committed_offsets
 from txlog.partition_log import AppendSpec
-from txlog.partition_state import ISOLATION_LEVELS, READ_COMMITTED, PartitionState
+from txlog.partition_state import ISOLATION_LEVELS, READ_COMMITTED, PartitionState, ReadSpan
 from txlog.records import (
     Record,
     TopicPartition,
@@ -35,6 +36,16 @@ if TYPE_CHECKING:
 
 _RESOLVE_EVERY_MS = 200
 _CONSUMER_KEYS = ("max.poll.records", "fetch.max.bytes", "max.partition.fetch.bytes")
+
+
+def _stored_bytes(st: PartitionState, span: ReadSpan) -> int:
+    """The stored bytes of the records ``span`` reads (its batch's share; a compacted
+    segment counts once, at its first run)."""
+    b = st.batches
+    i = bisect.bisect_left(b.base_offset, span.base_offset)
+    if i == len(b) or b.base_offset[i] != span.base_offset or not b.count[i]:
+        return 0
+    return b.nbytes[i] * span.take // b.count[i]
 
 
 class Consumer:
@@ -201,9 +212,17 @@ class Consumer:
                 moved[tp] = max(pos, upper)
                 continue
             plog = self.log.partition_log(tp)
-            take, total = [], 0
+            # Kafka's byte limits, on the batches' stored sizes as Kafka counts them:
+            # max.partition.fetch.bytes here and fetch.max.bytes in all, with at least one
+            # batch per poll so that it makes progress.
+            limit = min(room, self.max_partition_fetch_bytes)
+            take: list[ReadSpan] = []
+            total = size = 0
             for s in spans:
                 if total >= budget:
+                    break
+                nbytes = _stored_bytes(st, s)
+                if size + nbytes > limit and (take or out):
                     break
                 if total + s.take > budget:
                     from dataclasses import replace
@@ -211,21 +230,11 @@ class Consumer:
                     s = replace(s, stop=s.start + (budget - total))
                 take.append(s)
                 total += s.take
-            tables = plog.read_spans(take)
-            # Kafka's byte limits: batches up to max.partition.fetch.bytes here and
-            # fetch.max.bytes in all, at least one batch per poll so it makes progress.
-            limit = min(room, self.max_partition_fetch_bytes)
-            kept, size = 0, 0
-            for t in tables:
-                if size + t.nbytes > limit and (kept or out):
-                    break
-                size += t.nbytes
-                kept += 1
-            if not kept:
+                size += nbytes
+            if not take:
                 break
-            take, tables = take[:kept], tables[:kept]
-            total = sum(s.take for s in take)
             room -= size
+            tables = plog.read_spans(take)
             kafka = self.log.topic(tp.topic).kafka_shaped
             meta, row = [], 0
             pieces, offsets = [], []

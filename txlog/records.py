@@ -383,13 +383,64 @@ DEFAULT_FETCH_MAX_BYTES = 52_428_800
 
 
 def check_declared_size(declared: int, stored: int, where: str, *,
-                        fetch_max_bytes: int = DEFAULT_FETCH_MAX_BYTES) -> None:
+                        fetch_max_bytes: int = DEFAULT_FETCH_MAX_BYTES,
+                        what: str = "batch object") -> None:
     """Refuse to decode an object whose header declares more decoded bytes than both
     ``fetch_max_bytes`` and MAX_DECODED_RATIO times its stored size."""
     from txlog.errors import RecordTooLargeError
 
     if declared > max(fetch_max_bytes, MAX_DECODED_RATIO * stored):
         raise RecordTooLargeError(
-            f"batch object {where} declares {declared} bytes decoded from {stored} stored, "
+            f"{what} {where} declares {declared} bytes decoded from {stored} stored, "
             f"more than fetch.max.bytes ({fetch_max_bytes}) and {MAX_DECODED_RATIO} times "
             "its size; txlog does not decode it (raise fetch.max.bytes if it is genuine)")
+
+
+def ipc_declared_size(raw: bytes) -> int:
+    """The bytes an Arrow IPC stream's record batches declare they decode into, read from
+    the messages' metadata and the compressed buffers' length prefixes without decoding
+    (or decompressing) anything.  Raises on a stream that cannot be parsed."""
+    import struct
+
+    def field(b: bytes, table: int, i: int) -> int:
+        """The position of field ``i`` of the flatbuffer table at ``table``."""
+        vtable = table - struct.unpack_from("<i", b, table)[0]
+        if 4 + 2 * i + 2 > struct.unpack_from("<H", b, vtable)[0]:
+            raise ValueError(f"flatbuffer field {i} absent")
+        off = struct.unpack_from("<H", b, vtable + 4 + 2 * i)[0]
+        if not off:
+            raise ValueError(f"flatbuffer field {i} absent")
+        return table + off
+
+    def ref(b: bytes, pos: int) -> int:
+        return pos + int(struct.unpack_from("<I", b, pos)[0])
+
+    total = 0
+    reader = pa.ipc.MessageReader.open_stream(pa.py_buffer(raw))
+    while True:
+        try:
+            msg = reader.read_next_message()
+        except StopIteration:
+            break
+        if msg.type not in ("record batch", "dictionary"):
+            continue
+        meta = msg.metadata.to_pybytes()
+        body = msg.body.to_pybytes() if msg.body is not None else b""
+        batch = ref(meta, field(meta, ref(meta, 0), 2))  # Message.header
+        if msg.type == "dictionary":
+            batch = ref(meta, field(meta, batch, 1))  # DictionaryBatch.data
+        try:
+            field(meta, batch, 3)  # RecordBatch.compression
+            compressed = True
+        except ValueError:
+            compressed = False
+        buffers = ref(meta, field(meta, batch, 2))  # RecordBatch.buffers
+        for k in range(struct.unpack_from("<I", meta, buffers)[0]):
+            offset, length = struct.unpack_from("<qq", meta, buffers + 4 + 16 * k)
+            if compressed and length >= 8:
+                # A compressed buffer starts with its decoded length (-1: stored as is).
+                decoded = struct.unpack_from("<q", body, offset)[0]
+                total += length - 8 if decoded == -1 else decoded
+            else:
+                total += length
+    return total
