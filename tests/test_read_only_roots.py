@@ -209,3 +209,4 @@ def test_a_read_only_root_is_consumed_while_an_expired_transaction_is_open(
     res = cli("consume", "t", "--from-beginning", root=str(root))
     assert res.returncode == 0, res.stderr
     assert [json.loads(x)["value"] for x in res.stdout.splitlines()] == ["committed", "after"]
+    hung.close()
