@@ -31,7 +31,7 @@ from spark_ext.options import (
 from txlog.errors import OffsetOutOfRangeError, UnknownTopicError
 from txlog.partition_state import READ_COMMITTED, PartitionState
 from txlog.records import TopicPartition
-from txlog.resolve import resolve_lso
+from txlog.resolve import resolve_or_read
 
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
@@ -239,7 +239,7 @@ def load_states(log: Log, tps: Iterable[TopicPartition], isolation: str,
     out = {}
     for tp, st in zip(tps, states, strict=True):
         if isolation == READ_COMMITTED and st.open_txns:
-            st = resolve_lso(log, tp)
+            st = resolve_or_read(log, tp)
         out[tp] = st
     return out
 

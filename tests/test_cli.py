@@ -163,6 +163,10 @@ def test_values_render_as_text_or_marked_base64() -> None:
 
 
 def test_errors_are_one_line_and_exit_codes_as_a_process(txp: Txlog) -> None:
+    p = txp("consume", "nosuch", expect=1)  # the root does not exist yet
+    assert p.stderr.startswith("txlog: error: no txlog root at ")
+    assert p.stderr.count("\n") == 1 and "Traceback" not in p.stderr
+    txp("topics", "create", "other")
     p = txp("consume", "nosuch", expect=1)
     assert p.stderr.startswith("txlog: error: unknown topic 'nosuch'")
     assert p.stderr.count("\n") == 1 and "Traceback" not in p.stderr

@@ -90,3 +90,70 @@ def test_python_style_names_and_topic_config() -> None:
     assert info.config["retention.ms"] == 5000
     with pytest.raises(ConfigError, match="not a topic configuration"):
         log.create_topic("u", config={"linger.ms": 1})
+
+
+# -- types and ranges ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("key", "value"), [
+    ("batch.size", -1), ("linger.ms", -100), ("buffer.memory", 0), ("max.poll.records", -3),
+    ("segment.bytes", 0), ("transaction.state.log.num.partitions", 0),
+    ("offsets.topic.num.partitions", 0), ("num.partitions", 0), ("retries", -1),
+    ("checkpoint.interval.batches", 0), ("retention.ms", -2), ("transaction.timeout.ms", 0),
+    ("max.request.size", 0), ("fetch.max.bytes", -1), ("linger.ms", 2**31),
+    ("retention.bytes", 2**63), ("socket.connection.setup.timeout.ms", 0),
+])
+def test_values_out_of_range_are_refused_everywhere(key: str, value: int,
+                                                    tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=re.escape(key) + ".* from -?[0-9]+ to [0-9]+"):
+        load_config({key: value}, env={})
+    with pytest.raises(ConfigError, match=re.escape(key)):
+        load_config(env={"TXLOG_" + key.replace(".", "_").upper(): str(value)})
+    conf = tmp_path / "c.toml"
+    conf.write_text(f'"{key}" = {value}\n')
+    with pytest.raises(ConfigError, match=re.escape(key)):
+        load_config(env={"TXLOG_CONF": str(conf)})
+
+
+@pytest.mark.parametrize("text", ["1.5", "1e3", "5.0", "inf", "nan", "1_0.0"])
+def test_toml_floats_are_refused_not_truncated(text: str, tmp_path: Path) -> None:
+    conf = tmp_path / "c.toml"
+    conf.write_text(f'"linger.ms" = {text}\n')
+    with pytest.raises(ConfigError, match=r"linger\.ms.* integer"):
+        load_config(env={"TXLOG_CONF": str(conf)})
+    with pytest.raises(ConfigError, match=r"linger\.ms"):
+        load_config(env={"TXLOG_LINGER_MS": text})
+    with pytest.raises(ConfigError, match=r"linger\.ms"):
+        load_config({"linger.ms": float(text.replace("_", ""))}, env={})
+
+
+def test_integers_in_text_and_limits_are_accepted() -> None:
+    cfg = load_config({"linger.ms": " 7 ", "retention.ms": "-1", "batch.size": "1_024",
+                       "retention.bytes": 2**63 - 1}, env={})
+    assert (cfg["linger.ms"], cfg["retention.ms"], cfg["batch.size"]) == (7, -1, 1024)
+    with pytest.raises(ConfigError, match=r"not '9+\.\.\.$"):
+        load_config({"linger.ms": "9" * 1000}, env={})  # a huge value is cut in the error
+
+
+def test_topic_and_client_options_are_range_checked() -> None:
+    log = txlog.connect("memory://cfg/ranges")
+    with pytest.raises(ConfigError, match=r"segment\.bytes"):
+        log.create_topic("t", config={"segment.bytes": 0})
+    with pytest.raises(ConfigError, match=r"batch\.size"):
+        log.producer(batch_size=-1)
+    with pytest.raises(ConfigError, match=r"max\.poll\.records"):
+        log.consumer(max_poll_records=-3)
+    with pytest.raises(ConfigError, match=r"transaction\.state\.log\.num\.partitions"):
+        txlog.connect("memory://cfg/ranges2", transaction_state_log_num_partitions=0)
+
+
+@pytest.mark.parametrize("path", ["/dev/zero", "big"])
+def test_txlog_conf_is_read_with_a_bound(path: str, tmp_path: Path) -> None:
+    if path == "big":
+        big = tmp_path / "big.toml"
+        big.write_text("# " + "x" * (2 << 20) + "\n")
+        path = str(big)
+    elif not Path(path).exists():
+        pytest.skip(f"{path} does not exist here")
+    with pytest.raises(ConfigError, match="larger than 1048576 bytes"):
+        load_config(env={"TXLOG_CONF": path})

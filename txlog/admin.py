@@ -16,7 +16,6 @@ own protocol, never around it:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -28,6 +27,7 @@ from txlog.errors import (
     UnknownTopicError,
 )
 from txlog.names import CONSUMER_OFFSETS_TOPIC, validate_id
+from txlog.offsets import decode_offset_key, decode_offset_value, offset_record_where
 from txlog.partition_state import READ_COMMITTED, STATUS_NAMES, PartitionState
 from txlog.records import TopicPartition, now_ms
 from txlog.txn_state import (
@@ -362,15 +362,12 @@ def all_committed_offsets(txlog: Log) -> dict[str, dict[TopicPartition, int]]:
         spans, _ = st.plan_read(st.log_start_offset, None, READ_COMMITTED)
         if not spans:
             continue
-        for table in plog.read_spans(spans, ["key", "value"]):
-            for k, v in zip(table.column("key").to_pylist(), table.column("value").to_pylist(),
-                            strict=True):
-                try:
-                    group, topic, p = json.loads(k)
-                    off = int(json.loads(v)["offset"])
-                except (TypeError, ValueError, KeyError):
-                    continue
-                out.setdefault(group, {})[TopicPartition(topic, int(p))] = off
+        for span, table in zip(spans, plog.read_spans(spans, ["key", "value"]), strict=True):
+            for i, (k, v) in enumerate(zip(table.column("key").to_pylist(),
+                                           table.column("value").to_pylist(), strict=True)):
+                where = offset_record_where(otp, span.start + i)
+                group, tp = decode_offset_key(k, where)
+                out.setdefault(group, {})[tp] = decode_offset_value(v, where)
     return out
 
 

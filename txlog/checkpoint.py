@@ -18,7 +18,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from txlog.errors import CorruptObjectError, UnsupportedFormatError
+from txlog.errors import CorruptObjectError, RecordTooLargeError, UnsupportedFormatError
 from txlog.partition_state import (
     OPEN,
     AbortedTxn,
@@ -27,6 +27,7 @@ from txlog.partition_state import (
     PartitionState,
     ProducerState,
 )
+from txlog.records import check_declared_size, ipc_declared_size
 
 CHECKPOINT_VERSION = 2
 #: The first version that ends with the checksum trailer.
@@ -89,6 +90,19 @@ def decode_checkpoint(raw: bytes, where: str) -> PartitionState:
                 f"checkpoint {where} fails its checksum (its bytes were damaged); txlog "
                 "falls back to an older checkpoint or the log itself")
         raw = raw[:-_TRAILER_LEN]
+    try:
+        declared = ipc_declared_size(raw)
+    except Exception as exc:  # any damage to the stream's framing or metadata
+        raise CorruptObjectError(
+            f"checkpoint {where} cannot be decoded ({type(exc).__name__}: {exc}); txlog "
+            "falls back to an older checkpoint or the log itself"
+        ) from None
+    try:
+        # Before decoding: what decompression would allocate (a bomb is refused).
+        check_declared_size(declared, len(raw), where, what="checkpoint")
+    except RecordTooLargeError as exc:
+        raise CorruptObjectError(f"{exc}; txlog falls back to an older checkpoint or the "
+                                 "log itself") from None
     try:
         table = pa.ipc.open_stream(pa.py_buffer(raw)).read_all()
         meta = json.loads(table.schema.metadata[b"txlog"])

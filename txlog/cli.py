@@ -6,7 +6,8 @@ from ``--root URL`` or ``TXLOG_ROOT``; fsspec options from ``--storage-options J
 ``TXLOG_CONF`` < ``TXLOG_*`` < ``-X key=value``).
 
 Exit status: 0 on success, 1 when txlog reports an error (one line on stderr, no
-traceback), 2 on a usage error, 130 when interrupted.
+traceback), 2 on a usage error, 3 on an internal error (one line; TXLOG_DEBUG=1 shows
+the traceback), 130 when interrupted.
 """
 
 from __future__ import annotations
@@ -97,7 +98,9 @@ def _connect(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Any:
         if not isinstance(opts, dict):
             parser.error("--storage-options must be a JSON object")
     config = _kv_pairs(args.property or [], "-X/--property", parser)
-    return txlog.connect(root, opts, **config)
+    # Only `topics create` makes a root: any other command on a mistyped path would
+    # leave an empty directory behind (and report an empty root).
+    return txlog.connect(root, opts, create=args.func is cmd_topics_create, **config)
 
 
 def _kv_pairs(items: Sequence[str], what: str, parser: argparse.ArgumentParser,
@@ -228,7 +231,9 @@ def cmd_produce(log: Any, args: argparse.Namespace, out: Out,
     if args.transaction_timeout_ms is not None:
         opts["transaction.timeout.ms"] = args.transaction_timeout_ms
     producer = log.producer(transactional_id=args.transactional_id, **opts)
-    stream = open(args.file, encoding="utf-8") if args.file else sys.stdin  # noqa: SIM115
+    # Bytes, decoded line by line: a line that is not UTF-8 is an error naming it.
+    stdin: IO[Any] = getattr(sys.stdin, "buffer", sys.stdin)  # text when replaced
+    stream = open(args.file, "rb") if args.file else stdin  # noqa: SIM115
     futures = []
     try:
         if args.transactional_id:
@@ -236,7 +241,13 @@ def cmd_produce(log: Any, args: argparse.Namespace, out: Out,
             producer.begin_transaction()
         try:
             for n, raw in enumerate(stream, 1):
-                line = raw.rstrip("\r\n")
+                try:
+                    text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+                    line = text.rstrip("\r\n")
+                except UnicodeDecodeError as exc:
+                    raise CliError(f"input line {n} is not UTF-8 text ({exc.reason} at byte "
+                                   f"{exc.start}); use {{\"base64\": ...}} for binary "
+                                   "values") from None
                 if not line.strip():
                     continue
                 rec = _parse_line(line, n, args.format)
@@ -264,17 +275,21 @@ def cmd_produce(log: Any, args: argparse.Namespace, out: Out,
             producer.flush()
             if args.transactional_id:
                 producer.commit_transaction()
-        except BaseException:
+        except BaseException as exc:
             if args.transactional_id and producer.state.name in ("IN_TRANSACTION",
                                                                  "ABORTABLE_ERROR"):
                 try:
                     producer.abort_transaction()
-                    note("txlog: the transaction was aborted; nothing was committed")
                 except TxlogError:
-                    pass
+                    raise exc from None
+                if isinstance(exc, (TxlogError, CliError)):
+                    # One error line that also says what became of the transaction.
+                    raise CliError(f"{_one_line(exc)}; the transaction was aborted, "
+                                   "nothing was committed") from None
+                note("txlog: the transaction was aborted; nothing was committed")
             raise
     finally:
-        if stream is not sys.stdin:
+        if stream is not stdin:
             stream.close()
         producer.close()
     per: dict[int, list[int]] = {}
@@ -402,6 +417,8 @@ def parse_duration_ms(s: str, default_unit: str = "m") -> int:
         ) from None
     if value < 0:
         raise argparse.ArgumentTypeError(f"duration must not be negative: {s!r}")
+    if not value * units[unit] < 2**63:  # also inf and nan
+        raise argparse.ArgumentTypeError(f"duration out of range: {s[:40]!r}")
     return int(value * units[unit])
 
 
@@ -544,7 +561,10 @@ def cmd_maintain(log: Any, args: argparse.Namespace, out: Out,
             f"\n({idle} other partition(s): nothing to do)" if idle else "")
 
     out.emit(d, text)
-    return 0
+    # One line per failure; everything else was done (and is in the report above).
+    for failure in report.failures:
+        sys.stderr.write(f"{PROG}: error: {failure}\n")
+    return 1 if report.failures else 0
 
 
 def cmd_describe(log: Any, args: argparse.Namespace, out: Out,
@@ -918,6 +938,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         sys.stderr.write(f"{PROG}: interrupted\n")
         return 130
+    except Exception as exc:  # a bug, or input no check above caught: still one line
+        if os.environ.get("TXLOG_DEBUG"):
+            raise
+        sys.stderr.write(f"{PROG}: internal error: {type(exc).__name__}: {_one_line(exc)} "
+                         f"(set TXLOG_DEBUG=1 for the traceback)\n")
+        return 3
 
 
 def _one_line(exc: BaseException) -> str:

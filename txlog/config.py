@@ -8,6 +8,7 @@ arguments.  Unknown keys are errors.
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from typing import Any
@@ -52,15 +53,60 @@ DEFAULTS: dict[str, tuple[Any, type, str]] = {
     "max.poll.records": (500, int, "consumer: default records per poll"),
     "default.api.timeout.ms": (60_000, int, "consumer: how long committed() waits for "
                                             "offsets an open transaction holds (KIP-447)"),
+    "max.request.size": (1_048_576, int, "producer: the largest record accepted, in bytes "
+                                         "(key, value and headers)"),
+    "message.max.bytes": (1_048_588, int, "the largest record producers write, in bytes, "
+                                          "whatever their max.request.size"),
+    "fetch.max.bytes": (52_428_800, int, "consumer: bytes one poll returns at most (one "
+                                         "batch at least); batch objects declaring more "
+                                         "than this and 64 times their stored size are "
+                                         "refused"),
+    "max.partition.fetch.bytes": (1_048_576, int, "consumer: bytes one poll returns per "
+                                                  "partition at most (one batch at least)"),
+    "socket.connection.setup.timeout.ms": (10_000, int,
+                                           "give up connecting to the object store after "
+                                           "this long"),
 }
+_INT32 = (1 << 31) - 1
+_INT64 = (1 << 63) - 1
+#: key -> (least, greatest) allowed value of an int key (Kafka's ranges where it has one).
+RANGES: dict[str, tuple[int, int]] = {
+    "transaction.timeout.ms": (1, _INT32),
+    "transaction.max.timeout.ms": (1, _INT32),
+    "transactional.id.expiration.ms": (1, _INT32),
+    "producer.id.expiration.ms": (1, _INT32),
+    "transaction.state.log.num.partitions": (1, 100_000),
+    "offsets.topic.num.partitions": (1, 100_000),
+    "num.partitions": (1, 100_000),
+    "batch.size": (0, _INT32),
+    "linger.ms": (0, _INT32),
+    "buffer.memory": (1, _INT64),
+    "retries": (0, _INT32),
+    "checkpoint.interval.batches": (1, _INT32),
+    "retention.ms": (-1, _INT64),
+    "retention.bytes": (-1, _INT64),
+    "file.delete.delay.ms": (0, _INT64),
+    "segment.bytes": (14, _INT32),
+    "max.poll.records": (1, _INT32),
+    "default.api.timeout.ms": (0, _INT32),
+    "max.request.size": (1, _INT32),
+    "message.max.bytes": (0, _INT32),
+    "fetch.max.bytes": (0, _INT32),
+    "max.partition.fetch.bytes": (0, _INT32),
+    "socket.connection.setup.timeout.ms": (1, _INT32),
+}
+#: TXLOG_CONF is read up to this many bytes: a conf file is a page of keys, and a path
+#: such as /dev/zero must not be read forever.
+MAX_CONF_BYTES = 1 << 20
 # TXLOG_* variables that are not configuration keys.
-NON_CONFIG_ENV = frozenset({"TXLOG_CONF", "TXLOG_ROOT", "TXLOG_STORAGE_OPTIONS",
+NON_CONFIG_ENV = frozenset({"TXLOG_CONF", "TXLOG_ROOT", "TXLOG_STORAGE_OPTIONS", "TXLOG_DEBUG",
                             "TXLOG_CRASH_AT", "TXLOG_CACHE_DIR"})
 TOPIC_KEYS = frozenset({"retention.ms", "retention.bytes", "segment.bytes",
                         "checkpoint.interval.batches", "file.delete.delay.ms"})
 
 
-def _coerce(key: str, value: Any) -> Any:
+def coerce(key: str, value: Any) -> Any:
+    """``value`` as configuration ``key`` takes it (checked: type and range)."""
     if key not in DEFAULTS:
         raise ConfigError(
             f"unknown configuration key {key!r}; known keys: {', '.join(sorted(DEFAULTS))}"
@@ -72,12 +118,28 @@ def _coerce(key: str, value: Any) -> Any:
         if isinstance(value, str) and value.lower() in ("true", "false", "1", "0"):
             return value.lower() in ("true", "1")
         raise ConfigError(f"configuration {key!r} must be true or false, not {value!r}")
-    if isinstance(value, bool):
-        raise ConfigError(f"configuration {key!r} must be an integer, not {value!r}")
-    try:
-        return typ(value)
-    except (TypeError, ValueError):
-        raise ConfigError(f"configuration {key!r} must be {typ.__name__}, not {value!r}") from None
+    lo, hi = RANGES.get(key, (-_INT64 - 1, _INT64))
+    what = f"configuration {key!r} must be an integer from {lo} to {hi}"
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        # A float is refused, not truncated: 1.5 (or 1e3 in TOML) is a typo for some int.
+        raise ConfigError(f"{what}, not {_shown(value)}")
+    if isinstance(value, str):
+        text = value.strip().replace("_", "")
+        if not _INT_TEXT.fullmatch(text):
+            raise ConfigError(f"{what}, not {_shown(value)}")
+        value = int(text)
+    if not lo <= value <= hi:
+        raise ConfigError(f"{what}, not {_shown(value)}")
+    return value
+
+
+_INT_TEXT = re.compile(r"[+-]?[0-9]{1,20}")
+
+
+def _shown(value: Any) -> str:
+    """A bad value as an error shows it: short, whatever it is."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -97,15 +159,9 @@ def load_config(explicit: Mapping[str, Any] | None = None,
     cfg = {k: v[0] for k, v in DEFAULTS.items()}
     path = env.get("TXLOG_CONF")
     if path:
-        try:
-            with open(path, "rb") as f:
-                data = tomllib.load(f)
-        except OSError as exc:
-            raise ConfigError(f"cannot read TXLOG_CONF file {path!r}: {exc}") from None
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"TXLOG_CONF file {path!r} is not valid TOML: {exc}") from None
+        data = _read_conf(path)
         for k, v in _flatten(data).items():
-            cfg[k] = _coerce(k, v)
+            cfg[k] = coerce(k, v)
     by_env = {k.replace(".", "_").upper(): k for k in DEFAULTS}
     for name, value in env.items():
         if name.startswith("TXLOG_") and name not in NON_CONFIG_ENV \
@@ -113,11 +169,27 @@ def load_config(explicit: Mapping[str, Any] | None = None,
             key = by_env.get(name[len("TXLOG_"):])
             if key is None:
                 raise ConfigError(f"unknown configuration variable {name}")
-            cfg[key] = _coerce(key, value)
+            cfg[key] = coerce(key, value)
     for k, v in (explicit or {}).items():
         key = normalize_key(k)
-        cfg[key] = _coerce(key, v)
+        cfg[key] = coerce(key, v)
     return cfg
+
+
+def _read_conf(path: str) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_CONF_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(f"cannot read TXLOG_CONF file {path!r}: {exc}") from None
+    if len(raw) > MAX_CONF_BYTES:
+        raise ConfigError(f"TXLOG_CONF file {path!r} is larger than {MAX_CONF_BYTES} bytes; "
+                          "point TXLOG_CONF at a txlog configuration file")
+    try:
+        return tomllib.loads(raw.decode())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"TXLOG_CONF file {path!r} is not valid TOML: "
+                          f"{' '.join(str(exc).split())[:200]}") from None
 
 
 def normalize_key(key: str) -> str:
@@ -133,5 +205,8 @@ def topic_config(config: Mapping[str, Any] | None, base: Mapping[str, Any]) -> d
             raise ConfigError(
                 f"{k!r} is not a topic configuration; topic keys: {', '.join(sorted(TOPIC_KEYS))}"
             )
-        out[k] = _coerce(k, v)
+        out[k] = coerce(k, v)
     return out
+
+
+_coerce = coerce  # the name other modules imported first

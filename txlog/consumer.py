@@ -12,13 +12,14 @@ while a transaction holds pending offsets of the group (KIP-447).
 
 from __future__ import annotations
 
+import bisect
 import time
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from txlog.config import normalize_key
+from txlog.config import coerce, normalize_key
 from txlog.errors import (
     ConfigError,
     InvalidTxnStateError,
@@ -29,7 +30,7 @@ from txlog.errors import (
 from txlog.names import validate_id
 from txlog.offsets import encode_offset_commits, offsets_partition, read_committed_offsets
 from txlog.partition_log import AppendSpec
-from txlog.partition_state import ISOLATION_LEVELS, READ_COMMITTED, PartitionState
+from txlog.partition_state import ISOLATION_LEVELS, READ_COMMITTED, PartitionState, ReadSpan
 from txlog.records import (
     Record,
     TopicPartition,
@@ -38,12 +39,24 @@ from txlog.records import (
     table_to_records,
     with_append_time,
 )
-from txlog.resolve import resolve_lso
+from txlog.resolve import resolve_or_read
 
 if TYPE_CHECKING:
     from txlog.log import Log
 
 _RESOLVE_EVERY_MS = 200
+_CONSUMER_KEYS = ("max.poll.records", "default.api.timeout.ms", "fetch.max.bytes",
+                  "max.partition.fetch.bytes")
+
+
+def _stored_bytes(st: PartitionState, span: ReadSpan) -> int:
+    """The stored bytes of the records ``span`` reads (its batch's share; a compacted
+    segment counts once, at its first run)."""
+    b = st.batches
+    i = bisect.bisect_left(b.base_offset, span.base_offset)
+    if i == len(b) or b.base_offset[i] != span.base_offset or not b.count[i]:
+        return 0
+    return b.nbytes[i] * span.take // b.count[i]
 
 
 class Consumer:
@@ -56,17 +69,17 @@ class Consumer:
         if auto_offset_reset not in ("earliest", "latest", "none"):
             raise ConfigError(
                 f"auto_offset_reset must be earliest, latest or none, not {auto_offset_reset!r}")
-        opts = {k: txlog.config[k] for k in ("max.poll.records", "default.api.timeout.ms")}
+        options = {k: txlog.config[k] for k in _CONSUMER_KEYS}
         for k, v in config.items():
             key = normalize_key(k)
-            if key not in opts:
+            if key not in _CONSUMER_KEYS:
                 raise ConfigError(f"unknown consumer option {k!r}; consumer options: "
-                                  f"{', '.join(sorted(opts))}")
-            from txlog.config import _coerce
-
-            opts[key] = _coerce(key, v)
-        self.max_poll_records = int(opts["max.poll.records"])
-        self.default_api_timeout_ms = int(opts["default.api.timeout.ms"])
+                                  f"{', '.join(sorted(_CONSUMER_KEYS))}")
+            options[key] = coerce(key, v)
+        self.max_poll_records = int(options["max.poll.records"])
+        self.default_api_timeout_ms = int(options["default.api.timeout.ms"])
+        self.fetch_max_bytes = int(options["fetch.max.bytes"])
+        self.max_partition_fetch_bytes = int(options["max.partition.fetch.bytes"])
         self.log = txlog
         self.group_id = validate_id("group.id", group_id) if group_id is not None else None
         self.isolation_level = isolation_level
@@ -139,7 +152,7 @@ class Consumer:
                 now = now_ms()
                 if now - self._last_resolve.get(tp, 0) >= _RESOLVE_EVERY_MS:
                     self._last_resolve[tp] = now
-                    st = resolve_lso(self.log, tp)
+                    st = resolve_or_read(self.log, tp)
             return st
         return self.log.partition_log(tp).refresh()
 
@@ -255,8 +268,9 @@ class Consumer:
         # not skip records that were read but never returned.
         moved: dict[TopicPartition, int] = {}
         n = len(self._assignment)
+        room = self.fetch_max_bytes
         for i in range(n):
-            if budget <= 0:
+            if budget <= 0 or room <= 0:
                 break
             tp = self._assignment[(self._next + i) % n]
             if tp in self._paused:
@@ -269,9 +283,17 @@ class Consumer:
                 moved[tp] = max(pos, upper)
                 continue
             plog = self.log.partition_log(tp)
-            take, total = [], 0
+            # Kafka's byte limits, on the batches' stored sizes as Kafka counts them:
+            # max.partition.fetch.bytes here and fetch.max.bytes in all, with at least one
+            # batch per poll so that it makes progress.
+            limit = min(room, self.max_partition_fetch_bytes)
+            take: list[ReadSpan] = []
+            total = size = 0
             for s in spans:
                 if total >= budget:
+                    break
+                nbytes = _stored_bytes(st, s)
+                if size + nbytes > limit and (take or out):
                     break
                 if total + s.take > budget:
                     from dataclasses import replace
@@ -279,6 +301,10 @@ class Consumer:
                     s = replace(s, stop=s.start + (budget - total))
                 take.append(s)
                 total += s.take
+                size += nbytes
+            if not take:
+                break
+            room -= size
             tables = plog.read_spans(take)
             kafka = self.log.topic(tp.topic).kafka_shaped
             meta, row = [], 0

@@ -62,6 +62,23 @@ class InvalidNameError(TxlogError, ValueError):
     """A topic name, transactional id or group id is not allowed."""
 
 
+class RootNotFoundError(TxlogError):
+    """A command that only reads named a root that does not exist (txlog creates a root
+    only when writing to it)."""
+
+
+class InvalidTopicError(TxlogError, ValueError):
+    """The operation is not allowed on this topic (for example, a client creating,
+    deleting or producing plain records to an internal topic)."""
+
+
+class RecordTooLargeError(TxlogError, ValueError):
+    """A record (or a stored batch object) is larger than the configured limit."""
+
+    # Refused before it was queued: the transaction may go on without it.
+    abortable = True
+
+
 class TopicExistsError(TxlogError):
     """create_topic was asked for a topic that already exists."""
 

@@ -16,7 +16,13 @@ from txlog.config import DEFAULTS, TOPIC_KEYS, load_config, normalize_key, topic
 from txlog.errors import CorruptObjectError, StorageError, TopicExistsError, UnknownTopicError
 from txlog.fanout import fan_out
 from txlog.model import new_token
-from txlog.names import CONSUMER_OFFSETS_TOPIC, INTERNAL_TOPICS, validate_topic
+from txlog.names import (
+    CONSUMER_OFFSETS_TOPIC,
+    INTERNAL_TOPICS,
+    is_topic_name,
+    validate_root_url,
+    validate_topic,
+)
 from txlog.partition_log import PartitionLog
 from txlog.records import KAFKA_SCHEMA, TopicPartition, now_ms, schema_from_json, schema_to_json
 from txlog.storage import ObjectStore, open_store
@@ -104,13 +110,15 @@ class Log:
     to rebuild it (URL, storage options, config), so it can travel to Spark workers.
     """
 
-    def __init__(self, url: str, storage_options: dict[str, Any] | None = None,
-                 **config: Any) -> None:
-        self.url = url
+    def __init__(self, url: str, storage_options: dict[str, Any] | None = None, *,
+                 create: bool = True, **config: Any) -> None:
+        self.url = validate_root_url(url)
         self.storage_options = dict(storage_options or {})
         self._explicit_config = dict(config)
         self.config = load_config(config)
-        self.store: ObjectStore = open_store(url, self.storage_options)
+        self.store: ObjectStore = open_store(
+            url, self.storage_options, create=create,
+            connect_timeout_ms=self.config["socket.connection.setup.timeout.ms"])
         self._lock = threading.RLock()
         self._topics: dict[str, TopicInfo] = {}
         self._partitions: dict[TopicPartition, PartitionLog] = {}
@@ -159,6 +167,7 @@ class Log:
                      schema: pa.Schema | None = None,
                      config: dict[str, Any] | None = None) -> TopicInfo:
         validate_topic(name)
+        _refuse_internal(name, "create")
         n = self.config["num.partitions"] if partitions is None else partitions
         if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= MAX_PARTITIONS:
             from txlog.errors import ConfigError
@@ -233,7 +242,9 @@ class Log:
         keys = self.store.list(layout.TOPIC_META_PREFIX)
         names = [k[len(layout.TOPIC_META_PREFIX):-len(".json")] for k in keys
                  if k.endswith(".json")]
-        return sorted(n for n in names if internal or n not in INTERNAL_TOPICS)
+        # An object whose name is no topic name was not written by txlog: not a topic.
+        return sorted(n for n in names if (internal or n not in INTERNAL_TOPICS)
+                      and is_topic_name(n))
 
     def describe_topic(self, name: str) -> dict[str, Any]:
         """The topic's metadata and, per partition, the offsets a reader would see: a
@@ -264,6 +275,7 @@ class Log:
                 "created_ms": info.created_ms, "partition_info": parts}
 
     def delete_topic(self, name: str) -> None:
+        _refuse_internal(name, "delete")
         info = self.topic(name)
         # Metadata first: new readers stop finding the topic before its objects go.
         self.store.delete(layout.topic_meta(name))
@@ -299,7 +311,8 @@ class Log:
                 plog = PartitionLog(self.store, tp.topic, tp.partition,
                                     checkpoint_interval=int(
                                         info.config.get("checkpoint.interval.batches",
-                                                        self.config["checkpoint.interval.batches"])))
+                                                        self.config["checkpoint.interval.batches"])),
+                                    fetch_max_bytes=self.config["fetch.max.bytes"])
                 self._partitions[tp] = plog
             return plog
 
@@ -336,6 +349,18 @@ class Log:
         return log_metrics(self, refresh=refresh, topics=topics)
 
 
-def connect(url: str, storage_options: dict[str, Any] | None = None, **config: Any) -> Log:
-    """Open the txlog root at ``url`` (a path, file://, s3://, gs://, abfs:// or memory://)."""
-    return Log(url, storage_options, **config)
+def _refuse_internal(name: str, what: str) -> None:
+    if name in INTERNAL_TOPICS:
+        from txlog.errors import InvalidTopicError
+
+        raise InvalidTopicError(
+            f"cannot {what} internal topic {name!r}: txlog manages it (consumer offsets "
+            "are written by commit() and send_offsets_to_transaction())")
+
+
+def connect(url: str, storage_options: dict[str, Any] | None = None, *, create: bool = True,
+            **config: Any) -> Log:
+    """Open the txlog root at ``url`` (a path, file://, s3://, gs://, abfs:// or memory://).
+    With ``create=False`` a local root that does not exist is an error (RootNotFoundError)
+    instead of a new empty directory."""
+    return Log(url, storage_options, create=create, **config)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from txlog import checksums, layout
+from txlog.errors import TxlogError
 from txlog.model import COMPACT, PURGE, RETENTION
 from txlog.partition_log import AppendSpec, encode_parquet
 from txlog.partition_state import VISIBLE, PartitionState, ReadSpan
@@ -35,6 +36,8 @@ class PartitionReport:
     objects_deleted: int = 0
     expired_producers: int = 0
     checkpoint: str | None = None
+    #: Why maintaining this partition stopped part-way (None: it did not).
+    error: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -46,11 +49,14 @@ class MaintenanceReport:
     partitions: list[PartitionReport] = field(default_factory=list)
     # transactional.ids forgotten after transactional.id.expiration.ms idle
     expired_transactional_ids: list[str] = field(default_factory=list)
+    #: Every failure, one line each ("<what>: <error>"): the sweep, a topic, a partition.
+    failures: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {"swept_transactions": self.swept_transactions,
                 "expired_transactional_ids": self.expired_transactional_ids,
-                "partitions": [p.to_json() for p in self.partitions]}
+                "partitions": [p.to_json() for p in self.partitions],
+                "failures": self.failures}
 
 
 def retention_offset(st: PartitionState, retention_ms: int, retention_bytes: int,
@@ -228,29 +234,51 @@ def maintain(txlog: Log, topics: list[str] | None = None, *, compact: bool = Tru
              now: int | None = None) -> MaintenanceReport:
     """The whole sweep: finish or abort stuck transactions, forget idle transactional.ids,
     then per partition retention, compaction, purge of expired objects and a fresh
-    checkpoint."""
-    report = MaintenanceReport(swept_transactions=txlog.coordinator.sweep())
-    report.expired_transactional_ids = txlog.coordinator.expire_transactional_ids(now)
+    checkpoint.  One bad object or partition does not stop the others: each failure is in
+    ``report.failures`` (and the partition's ``error``), and the command line exits
+    non-zero when there is one."""
+    from txlog.resolve import resolve_lso
+
+    report = MaintenanceReport()
+    try:
+        report.swept_transactions = txlog.coordinator.sweep()
+    except TxlogError as exc:
+        report.failures.append(f"transaction sweep: {_one_line(exc)}")
+    try:
+        report.expired_transactional_ids = txlog.coordinator.expire_transactional_ids(now)
+    except TxlogError as exc:
+        report.failures.append(f"transactional.id expiration: {_one_line(exc)}")
     names = topics if topics is not None else txlog.list_topics(internal=True)
-    tps = [tp for t in names for tp in txlog.partitions_for(t)]
+    tps = []
+    for t in names:
+        try:
+            tps += txlog.partitions_for(t)
+        except TxlogError as exc:
+            report.failures.append(f"topic {t}: {_one_line(exc)}")
     for n, tp in enumerate(tps):
         if progress:
             progress(n, len(tps), f"{tp.topic}-{tp.partition}")
-        from txlog.resolve import resolve_lso
-
-        resolve_lso(txlog, tp)
         pr = PartitionReport(tp.topic, tp.partition)
-        pr.retained_from = apply_retention(txlog, tp, now)
-        if compact:
-            compact_partition(txlog, tp, pr)
-        pr.objects_deleted = purge(txlog, tp, now)
-        plog = txlog.partition_log(tp)
-        st = plog.refresh()
-        kept = expire_producers(st, int(txlog.config["producer.id.expiration.ms"]),
-                                now if now is not None else now_ms())
-        pr.expired_producers = len(st.producers) - len(kept.producers)
-        pr.checkpoint = plog.write_checkpoint(kept)
+        try:
+            resolve_lso(txlog, tp)
+            pr.retained_from = apply_retention(txlog, tp, now)
+            if compact:
+                compact_partition(txlog, tp, pr)
+            pr.objects_deleted = purge(txlog, tp, now)
+            plog = txlog.partition_log(tp)
+            st = plog.refresh()
+            kept = expire_producers(st, int(txlog.config["producer.id.expiration.ms"]),
+                                    now if now is not None else now_ms())
+            pr.expired_producers = len(st.producers) - len(kept.producers)
+            pr.checkpoint = plog.write_checkpoint(kept)
+        except TxlogError as exc:
+            pr.error = _one_line(exc)
+            report.failures.append(f"{tp.topic}-{tp.partition}: {pr.error}")
         report.partitions.append(pr)
     if progress:
         progress(len(tps), len(tps), "done")
     return report
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__

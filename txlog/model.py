@@ -129,8 +129,8 @@ def decode_entry(raw: bytes, where: str) -> Entry:
         or not isinstance(e.slot, int)
         or not isinstance(e.base_offset, int)
         or not isinstance(e.count, int)
-        or e.count < 0
-        or e.base_offset < 0
+        or not 0 <= e.count < 2**31  # Kafka's record count is an int32
+        or not 0 <= e.base_offset < 2**63 - e.count  # offsets are int64
         or (e.kind == DATA and not isinstance(e.data, str))
         or (e.extra is not None and not isinstance(e.extra, dict))
         or (e.kind == COMPACT and not _valid_compaction(e.extra))

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from txlog.errors import ConfigError, UnstableOffsetCommitError
+from txlog.errors import ConfigError, CorruptObjectError, UnstableOffsetCommitError
 from txlog.names import CONSUMER_OFFSETS_TOPIC
 from txlog.partition_state import OPEN, READ_UNCOMMITTED, VISIBLE
 from txlog.records import TopicPartition, kafka_table, now_ms
@@ -43,6 +43,39 @@ def encode_offset_commits(group_id: str, offsets: Mapping[TopicPartition, int]) 
     return kafka_table(rows)
 
 
+def offset_record_where(tp: TopicPartition, offset: int) -> str:
+    return f"{tp.topic}-{tp.partition} offset {offset}"
+
+
+def decode_offset_key(key: object, where: str) -> tuple[str, TopicPartition]:
+    """The (group, partition) an offsets record's key names; anything else is corrupt
+    (any writer of the root can put records there)."""
+    try:
+        group, topic, partition = json.loads(key)  # type: ignore[arg-type]
+        if not (isinstance(group, str) and isinstance(topic, str)
+                and type(partition) is int and 0 <= partition < 2**31):
+            raise ValueError("expected [group, topic, partition]")
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise CorruptObjectError(
+            f"consumer offsets record {where} has a malformed key ({exc}); txlog writes "
+            "these records itself: a client wrote this one") from None
+    return group, TopicPartition(topic, partition)
+
+
+def decode_offset_value(value: object, where: str) -> int:
+    """The offset an offsets record's value holds; anything else is corrupt."""
+    try:
+        d = json.loads(value)  # type: ignore[arg-type]
+        off = d["offset"] if isinstance(d, dict) else None
+        if type(off) is not int or not 0 <= off < 2**63:
+            raise ValueError("expected {\"offset\": a non-negative 64-bit int}")
+    except (TypeError, ValueError, KeyError, RecursionError) as exc:
+        raise CorruptObjectError(
+            f"consumer offsets record {where} has a malformed value ({exc}); txlog writes "
+            "these records itself: a client wrote this one") from None
+    return off
+
+
 def read_committed_offsets(txlog: Log, group_id: str, tps: Iterable[TopicPartition], *,
                            require_stable: bool = False) -> dict[TopicPartition, int | None]:
     """Latest committed offset per partition: scans the group's offsets partition from its
@@ -58,9 +91,9 @@ def read_committed_offsets(txlog: Log, group_id: str, tps: Iterable[TopicPartiti
     otp = offsets_partition(txlog, group_id)
     plog = txlog.partition_log(otp)
     st = plog.refresh()
-    from txlog.resolve import resolve_lso
+    from txlog.resolve import resolve_or_read
 
-    st = resolve_lso(txlog, otp)
+    st = resolve_or_read(txlog, otp)
     # Every committed batch counts, also those above the LSO: another group's transaction
     # still open in this offsets partition must not hide this group's later commits (a
     # restarted consume-transform-produce client would process its input twice).
@@ -82,10 +115,11 @@ def read_committed_offsets(txlog: Log, group_id: str, tps: Iterable[TopicPartiti
         table = plog.read_span(span, ["key", "value"])
         keys = table.column("key").to_pylist()
         values = table.column("value").to_pylist()
-        for k, v in zip(reversed(keys), reversed(values), strict=True):
-            tp = by_key.get(k)
+        for i in range(len(keys) - 1, -1, -1):
+            tp = by_key.get(keys[i])
             if tp is not None and tp in missing:
-                out[tp] = int(json.loads(v)["offset"])
+                out[tp] = decode_offset_value(
+                    values[i], offset_record_where(otp, span.start + i))
                 missing.discard(tp)
         if not missing:
             break

@@ -31,7 +31,12 @@ from txlog.model import (
     named_objects,
 )
 from txlog.partition_state import PartitionState, ReadSpan
-from txlog.records import has_kafka_fields, now_ms
+from txlog.records import (
+    DEFAULT_FETCH_MAX_BYTES,
+    check_declared_size,
+    has_kafka_fields,
+    now_ms,
+)
 from txlog.storage.base import ObjectStore
 from txlog.unique import unique
 
@@ -98,8 +103,10 @@ def _parallel(store: ObjectStore) -> bool:
 
 class PartitionLog:
     def __init__(self, store: ObjectStore, topic: str, partition: int, *,
-                 checkpoint_interval: int = DEFAULT_CHECKPOINT_INTERVAL) -> None:
+                 checkpoint_interval: int = DEFAULT_CHECKPOINT_INTERVAL,
+                 fetch_max_bytes: int = DEFAULT_FETCH_MAX_BYTES) -> None:
         self.store = store
+        self.fetch_max_bytes = fetch_max_bytes
         self.topic = topic
         self.partition = partition
         self.checkpoint_interval = max(1, checkpoint_interval)
@@ -332,7 +339,8 @@ class PartitionLog:
         return self._trim(self._read_object(span.data, columns), span)
 
     def _read_object(self, key: str, columns: Sequence[str] | None) -> pa.Table:
-        return decode_parquet(checksums.verify(key, self.store.get(key)), key, columns)
+        return decode_parquet(checksums.verify(key, self.store.get(key)), key, columns,
+                              fetch_max_bytes=self.fetch_max_bytes)
 
     @staticmethod
     def _trim(table: pa.Table, span: ReadSpan) -> pa.Table:
@@ -361,12 +369,23 @@ def encode_parquet(table: pa.Table) -> bytes:
     return buf.getvalue().to_pybytes()  # type: ignore[no-any-return]
 
 
-def decode_parquet(raw: bytes, where: str, columns: Sequence[str] | None = None) -> pa.Table:
+def decode_parquet(raw: bytes, where: str, columns: Sequence[str] | None = None, *,
+                   fetch_max_bytes: int = DEFAULT_FETCH_MAX_BYTES) -> pa.Table:
     # ParquetFile, not read_table: read_table builds a dataset per call, which doubled
     # the time to decode a batch object.
     try:
-        return pq.ParquetFile(pa.BufferReader(raw)).read(
-            columns=list(columns) if columns else None)
+        pf = pq.ParquetFile(pa.BufferReader(raw))
+        meta = pf.metadata
+        declared = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+    except Exception as exc:  # pyarrow raises several types for damaged input
+        raise CorruptObjectError(
+            f"batch object {where} cannot be read as Parquet ({type(exc).__name__}: {exc}); "
+            "it is truncated or corrupt"
+        ) from None
+    # Before decoding: the footer's sizes say what decompression would allocate.
+    check_declared_size(declared, len(raw), where, fetch_max_bytes=fetch_max_bytes)
+    try:
+        return pf.read(columns=list(columns) if columns else None)
     except Exception as exc:  # pyarrow raises several types for damaged input
         raise CorruptObjectError(
             f"batch object {where} cannot be read as Parquet ({type(exc).__name__}: {exc}); "

@@ -67,8 +67,10 @@ from txlog.errors import (
     AtomicCreateUnsupportedError,
     ConfigError,
     CorruptObjectError,
+    InvalidTopicError,
     InvalidTxnStateError,
     ProducerFencedError,
+    RecordTooLargeError,
     StorageError,
     TransactionTimeoutError,
     TxlogError,
@@ -76,7 +78,7 @@ from txlog.errors import (
 )
 from txlog.metrics import record_end_txn
 from txlog.model import BEGIN, DATA
-from txlog.names import CONSUMER_OFFSETS_TOPIC, validate_id
+from txlog.names import CONSUMER_OFFSETS_TOPIC, INTERNAL_TOPICS, validate_id
 from txlog.offsets import encode_offset_commits, offsets_partition
 from txlog.partition_log import AppendResult, AppendSpec, Part, PartitionLog
 from txlog.partition_state import PartitionState
@@ -87,6 +89,7 @@ from txlog.records import (
     checked_kafka_batch,
     checked_row,
     conform,
+    largest_record,
     now_ms,
     ts_range,
 )
@@ -421,7 +424,7 @@ Uploaded = Future[list[_Written]]
 
 _PRODUCER_KEYS = {"batch.size", "linger.ms", "buffer.memory", "enable.idempotence",
                   "append.parts", "commit.appends.batches", "transaction.timeout.ms",
-                  "retries"}
+                  "retries", "max.request.size"}
 
 
 class Producer:
@@ -451,6 +454,12 @@ class Producer:
                 "a transactional producer needs enable.idempotence=true (transactions are "
                 "built on producer ids and sequence numbers); drop enable.idempotence=false "
                 "or the transactional_id")
+        # A record larger than any of these could never be written (Kafka's checks).
+        self._record_limits = sorted([
+            (int(cfg["max.request.size"]), "max.request.size"),
+            (int(txlog.config["message.max.bytes"]), "message.max.bytes"),
+            (self.buffer_memory, "buffer.memory")])
+        self._max_record = self._record_limits[0][0]
         self.idempotent = bool(cfg["enable.idempotence"]) or transactional_id is not None
         self.timeout_ms = int(cfg["transaction.timeout.ms"])
         self.retries = int(cfg["retries"])
@@ -620,6 +629,8 @@ class Producer:
         if self.transactional_id is not None:
             self._check_state(State.IN_TRANSACTION, "send_staged()")
         tp = TopicPartition(*tp)
+        if tp.topic in INTERNAL_TOPICS:
+            self._refuse_internal(tp.topic)
         self._topic_info(tp.topic)  # a failure here fails the transaction
         self.log.partition_log(tp)  # validates topic and partition
         with self._lock:
@@ -640,6 +651,8 @@ class Producer:
         groups: dict[TopicPartition, list[int]] = {}
         for i, it in enumerate(items):
             tp = TopicPartition(*it.tp)
+            if tp.topic in INTERNAL_TOPICS:
+                self._refuse_internal(tp.topic)
             self._topic_info(tp.topic)  # a failure here fails the transaction
             self.log.partition_log(tp)  # validates topic and partition
             if it.rows > 0:
@@ -1362,6 +1375,8 @@ class Producer:
         # TopicPartition per record were a third of the producer's GIL time).
         if self.state is not self._sending_state:
             self._check_can_send()
+        if topic in INTERNAL_TOPICS:
+            self._refuse_internal(topic)
         info = self._topic_info(topic)
         if not info.kafka_shaped:
             if not isinstance(value, Mapping):
@@ -1374,6 +1389,10 @@ class Producer:
         kb, vb = row[0], row[1]
         tp = self._partition_of(topic, info.partitions, partition, kb)
         size = (len(kb) if kb else 0) + (len(vb) if vb else 0)
+        if row[2]:
+            size += sum(len(h["key"].encode()) + len(h["value"] or b"") for h in row[2])
+        if size > self._max_record:
+            self._too_large(topic, size)
         with self._lock:
             # Overtaken since the check above? (_check_sends_open inline: once per record)
             if self._sends_closed is not None:
@@ -1392,6 +1411,8 @@ class Producer:
         """Queue an Arrow table of records (columns of the topic, or key/value/headers/
         timestamp for Kafka-shaped topics) for one partition."""
         self._check_can_send()
+        if topic in INTERNAL_TOPICS:
+            self._refuse_internal(topic)
         info = self._topic_info(topic)  # an unknown topic fails the open transaction
         if not isinstance(table, pa.Table):
             raise TypeError("send_batch() takes a pyarrow.Table")
@@ -1410,6 +1431,10 @@ class Producer:
         """Queue ``table`` (checked here: a bad table fails this call, not its batch)."""
         info = self.log.topic(topic)
         table = conform(table, info.schema, topic, kafka_shaped=info.kafka_shaped)
+        if table.nbytes > self._max_record:  # else no record in it can be too large
+            largest = largest_record(table)
+            if largest > self._max_record:
+                self._too_large(topic, largest)
         ts = ts_range(table)
         kb = key.encode() if isinstance(key, str) else key
         tp = self._partition_of(topic, info.partitions, partition, kb)
@@ -1980,6 +2005,18 @@ class Producer:
             if self.transactional_id is not None and self.state == State.IN_TRANSACTION:
                 self._fatal(exc)
             raise
+
+    @staticmethod
+    def _refuse_internal(topic: str) -> None:
+        raise InvalidTopicError(
+            f"cannot produce to internal topic {topic!r}: consumer offsets are written by "
+            "send_offsets_to_transaction() and Consumer.commit()")
+
+    def _too_large(self, topic: str, size: int) -> None:
+        limit, name = self._record_limits[0]
+        raise RecordTooLargeError(
+            f"a record of {size} bytes for topic {topic!r} is larger than {limit}, the "
+            f"value of the {name} configuration; raise it or send smaller records")
 
     def _topic_info(self, topic: str) -> Any:
         """The topic's metadata.  Failing to get it fails the open transaction, as a

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import threading
 
 from txlog import layout
@@ -11,6 +12,7 @@ from txlog.records import now_ms
 from txlog.storage.base import ObjectStore
 
 BLOCK_SIZE = 1000
+_BLOCK_NAME = re.compile(r"[0-9]{12}\.json")
 
 
 class ProducerIdAllocator:
@@ -30,7 +32,9 @@ class ProducerIdAllocator:
             return pid
 
     def _claim_block(self) -> int:
-        keys = self.store.list(layout.PID_BLOCK_PREFIX)
+        # Keys txlog did not write (any writer of the root can add some) are not blocks.
+        keys = [k for k in self.store.list(layout.PID_BLOCK_PREFIX)
+                if _BLOCK_NAME.fullmatch(k[len(layout.PID_BLOCK_PREFIX):])]
         block = layout.slot_of(keys[-1]) + 1 if keys else 0
         body = json.dumps({"v": 1, "token": new_token(), "claimed_ms": now_ms()}).encode()
         while not self.store.put_if_absent(layout.pid_block_key(block), body):

@@ -326,3 +326,121 @@ def schema_from_json(s: str) -> pa.Schema:
     import base64
 
     return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(s)))
+
+
+
+def largest_record(table: pa.Table) -> int:
+    """The size in bytes of the table's largest record as the size limits count it:
+    the bytes of its variable-width values (binary, strings, and lists and structs of
+    them, header keys and values included) plus its share of the fixed-width columns."""
+    import pyarrow.compute as pc
+
+    if not table.num_rows:
+        return 0
+    total = pa.repeat(pa.scalar(0, pa.int64()), table.num_rows)
+    for col in table.columns:
+        total = pc.add(total, _value_sizes(col.combine_chunks()))
+    return int(pc.max(total).as_py() or 0)
+
+
+def _value_sizes(arr: pa.Array) -> pa.Array:
+    """Per value of ``arr``, its bytes as largest_record() counts them (int64)."""
+    import pyarrow.compute as pc
+
+    t = arr.type
+    n = len(arr)
+    if pa.types.is_binary(t) or pa.types.is_string(t) or pa.types.is_large_binary(t) \
+            or pa.types.is_large_string(t):
+        return pc.fill_null(pc.binary_length(arr), 0).cast(pa.int64())
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_map(t):
+        # Per row, the inner sizes between its offsets: differences of a running sum.
+        inner = _value_sizes(arr.values)
+        running = pa.concat_arrays([pa.array([0], pa.int64()),
+                                    pc.cumulative_sum(inner).cast(pa.int64())])
+        offsets = arr.offsets.cast(pa.int64())
+        ends = pc.take(running, offsets.slice(1))
+        starts = pc.take(running, offsets.slice(0, n))
+        return pc.subtract(ends, starts)
+    if pa.types.is_struct(t):
+        out = pa.repeat(pa.scalar(0, pa.int64()), n)
+        for i in range(t.num_fields):
+            out = pc.add(out, _value_sizes(arr.field(i)))
+        return out
+    try:
+        width = t.bit_width // 8
+    except ValueError:  # not fixed-width
+        width = 0
+    if not width:
+        width = -(-arr.nbytes // max(1, n))  # other types: an even share of their bytes
+    return pa.repeat(pa.scalar(width, pa.int64()), n)
+
+
+#: A batch object may declare this many times its stored size in decoded bytes before
+#: its declared size counts against fetch.max.bytes: txlog's own objects (snappy) stay
+#: far below it, while a decompression bomb (kilobytes that decode into gigabytes) does not.
+MAX_DECODED_RATIO = 64
+DEFAULT_FETCH_MAX_BYTES = 52_428_800
+
+
+def check_declared_size(declared: int, stored: int, where: str, *,
+                        fetch_max_bytes: int = DEFAULT_FETCH_MAX_BYTES,
+                        what: str = "batch object") -> None:
+    """Refuse to decode an object whose header declares more decoded bytes than both
+    ``fetch_max_bytes`` and MAX_DECODED_RATIO times its stored size."""
+    from txlog.errors import RecordTooLargeError
+
+    if declared > max(fetch_max_bytes, MAX_DECODED_RATIO * stored):
+        raise RecordTooLargeError(
+            f"{what} {where} declares {declared} bytes decoded from {stored} stored, "
+            f"more than fetch.max.bytes ({fetch_max_bytes}) and {MAX_DECODED_RATIO} times "
+            "its size; txlog does not decode it (raise fetch.max.bytes if it is genuine)")
+
+
+def ipc_declared_size(raw: bytes) -> int:
+    """The bytes an Arrow IPC stream's record batches declare they decode into, read from
+    the messages' metadata and the compressed buffers' length prefixes without decoding
+    (or decompressing) anything.  Raises on a stream that cannot be parsed."""
+    import struct
+
+    def field(b: bytes, table: int, i: int) -> int:
+        """The position of field ``i`` of the flatbuffer table at ``table``."""
+        vtable = table - struct.unpack_from("<i", b, table)[0]
+        if 4 + 2 * i + 2 > struct.unpack_from("<H", b, vtable)[0]:
+            raise ValueError(f"flatbuffer field {i} absent")
+        off = struct.unpack_from("<H", b, vtable + 4 + 2 * i)[0]
+        if not off:
+            raise ValueError(f"flatbuffer field {i} absent")
+        return table + off
+
+    def ref(b: bytes, pos: int) -> int:
+        return pos + int(struct.unpack_from("<I", b, pos)[0])
+
+    total = 0
+    reader = pa.ipc.MessageReader.open_stream(pa.py_buffer(raw))
+    while True:
+        try:
+            msg = reader.read_next_message()
+        except StopIteration:
+            break
+        if msg.type not in ("record batch", "dictionary"):
+            continue
+        meta = msg.metadata.to_pybytes()
+        body = msg.body.to_pybytes() if msg.body is not None else b""
+        batch = ref(meta, field(meta, ref(meta, 0), 2))  # Message.header
+        if msg.type == "dictionary":
+            batch = ref(meta, field(meta, batch, 1))  # DictionaryBatch.data
+        try:
+            field(meta, batch, 3)  # RecordBatch.compression
+            compressed = True
+        except ValueError:
+            compressed = False
+        buffers = ref(meta, field(meta, batch, 2))  # RecordBatch.buffers
+        for k in range(struct.unpack_from("<I", meta, buffers)[0]):
+            offset, length = struct.unpack_from("<qq", meta, buffers + 4 + 16 * k)
+            if compressed and length >= 8:
+                # A compressed buffer starts with its decoded length (-1: stored as is).
+                decoded = struct.unpack_from("<q", body, offset)[0]
+                total += length - 8 if decoded == -1 else decoded
+            else:
+                total += length
+    return total

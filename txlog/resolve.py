@@ -7,8 +7,10 @@ is merely open and in time keeps holding the LSO, as in Kafka.
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
+from txlog.errors import CorruptObjectError, StorageError
 from txlog.partition_state import PartitionState
 from txlog.records import TopicPartition
 
@@ -16,6 +18,8 @@ if TYPE_CHECKING:
     from txlog.log import Log
 
 MAX_ROUNDS = 16
+log = logging.getLogger(__name__)
+_warned: set[tuple[str, TopicPartition]] = set()  # (root, partition): warn once each
 
 
 def resolve_lso(txlog: Log, tp: TopicPartition) -> PartitionState:
@@ -34,3 +38,21 @@ def resolve_lso(txlog: Log, tp: TopicPartition) -> PartitionState:
             break
         st = plog.refresh()
     return st
+
+
+def resolve_or_read(txlog: Log, tp: TopicPartition) -> PartitionState:
+    """resolve_lso() for readers.  When the root cannot be written (read-only access, or
+    the store refuses writes for now), what holds the LSO cannot be settled: read what
+    is decided (the LSO stays where the open transaction starts) and warn."""
+    try:
+        return resolve_lso(txlog, tp)
+    except CorruptObjectError:
+        raise
+    except (StorageError, OSError) as exc:
+        first = (txlog.url, tp) not in _warned
+        _warned.add((txlog.url, tp))
+        (log.warning if first else log.debug)(
+            "%s-%s: could not roll forward or abort the transaction holding its LSO (%s: "
+            "%s); reading only what is decided. Run `txlog maintain` with write access "
+            "to settle it.", tp.topic, tp.partition, type(exc).__name__, exc)
+        return txlog.partition_log(tp).refresh()

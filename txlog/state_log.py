@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from txlog import layout
 from txlog.errors import CorruptObjectError, ObjectNotFoundError, UnsupportedFormatError
 from txlog.model import new_token
 from txlog.storage.base import ObjectStore
@@ -66,7 +67,10 @@ class StateLogPartition:
         start_after = self._entry_key(self.next_slot - 1) if self.next_slot else None
         keys = self.store.list(f"{self.prefix}log/", start_after=start_after)
         for key in keys:
-            slot = int(key.rsplit("/", 1)[1].split(".")[0])
+            try:
+                slot = layout.slot_of(key)
+            except ValueError:
+                continue  # a key txlog did not write (as in partition logs)
             if slot != self.next_slot:
                 break
             self._apply(self._decode(self.store.get(key), key), slot)

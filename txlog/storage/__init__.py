@@ -18,11 +18,15 @@ REMOTE_SCHEMES = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs", "abfs": "a
                   "abfss": "azure", "az": "azure"}
 
 
-def open_store(url: str, storage_options: dict[str, Any] | None = None) -> ObjectStore:
+def open_store(url: str, storage_options: dict[str, Any] | None = None, *,
+               create: bool = True, connect_timeout_ms: int | None = None) -> ObjectStore:
     """Open the store at ``url``: a plain path, file://, memory://, s3://, gs://, abfs://.
 
-    Any other scheme is refused: txlog needs an atomic create-if-absent and will never fall
-    back to check-then-write.
+    ``create=False`` refuses a local root that does not exist instead of making its
+    directory (commands that only read must not create a mistyped root).
+    ``connect_timeout_ms`` bounds how long a remote store retries a server it cannot
+    connect to.  Any other scheme is refused: txlog needs an atomic create-if-absent
+    and will never fall back to check-then-write.
     """
     parsed = urlparse(url)
     scheme = parsed.scheme.lower()
@@ -30,14 +34,17 @@ def open_store(url: str, storage_options: dict[str, Any] | None = None) -> Objec
         path = parsed.path if scheme == "file" else url
         if scheme == "file" and parsed.netloc:
             path = "/" + parsed.netloc + parsed.path
-        return LocalStore(url, os.path.abspath(os.path.expanduser(path)),
+        return LocalStore(url, os.path.abspath(os.path.expanduser(path)), create=create,
                           **_local_options(url, storage_options))
     if scheme == "memory":
         return MemoryStore(url, (parsed.netloc + parsed.path).strip("/") or "default")
     if scheme in REMOTE_SCHEMES:
         from txlog.storage.remote import RemoteStore
 
-        return RemoteStore(url, REMOTE_SCHEMES[scheme], dict(storage_options or {}))
+        store = RemoteStore(url, REMOTE_SCHEMES[scheme], dict(storage_options or {}))
+        if connect_timeout_ms is not None:
+            store.connect_timeout_s = connect_timeout_ms / 1000
+        return store
     raise AtomicCreateUnsupportedError(
         f"backend {scheme!r} (from {url!r}) has no atomic create-if-absent that txlog can "
         "rely on; use a local path, s3://, gs://, abfs:// or memory:// (tests only)"

@@ -53,12 +53,20 @@ _Keys = list[str]  # the class's list() method shadows the builtin inside its bo
 class LocalStore(ObjectStore):
     backend = "local"
 
-    def __init__(self, url: str, root: str, *, fsync: bool = True) -> None:
+    def __init__(self, url: str, root: str, *, fsync: bool = True, create: bool = True,
+                 ) -> None:
         super().__init__(url)
         self.root = os.path.abspath(root)
         self.fsync = fsync
         self._dirs: set[str] = set()  # directories known to exist
-        os.makedirs(self.root, exist_ok=True)
+        if create:
+            os.makedirs(self.root, exist_ok=True)
+        elif not os.path.isdir(self.root):
+            from txlog.errors import RootNotFoundError
+
+            raise RootNotFoundError(
+                f"no txlog root at {url}: the directory {self.root} does not exist; check "
+                "the path (txlog creates a root when something is first written to it)")
         # Opens below the root start here: a link naming the root itself is the user's.
         self._real = os.path.realpath(self.root)
         # (a plain function: a bound method would keep the store alive from its finalizer)

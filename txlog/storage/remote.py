@@ -200,6 +200,11 @@ class RemoteStore(ObjectStore):
     retry_attempts = 10
     retry_base_delay = 0.05
     retry_max_delay = 2.0
+    #: How long a call retries a server it cannot connect to (txlog's configuration
+    #: socket.connection.setup.timeout.ms sets it; a Log rebuilt from a pickle sets it
+    #: again): a mistyped endpoint or a server that is down fails in seconds, not after
+    #: every attempt's own retries.
+    connect_timeout_s = 10.0
 
     @property
     def identity(self) -> str:
@@ -330,6 +335,7 @@ class RemoteStore(ObjectStore):
         fast = self.fast()
         fs: Any = None if fast is not None else self.fsspec()
         last: BaseException | None = None
+        deadline = time.monotonic() + self.connect_timeout_s
         for attempt in range(1, self.retry_attempts + 1):
             self.counter.add("put_if_absent", len(data))
             try:
@@ -340,6 +346,7 @@ class RemoteStore(ObjectStore):
             except Exception as exc:
                 last = exc
                 kind = _outcome(exc, fast)
+                self._check_reachable(exc, deadline)
             else:
                 return True
             if kind == _UNSUPPORTED:
@@ -353,7 +360,7 @@ class RemoteStore(ObjectStore):
             if kind == _CONFLICT:
                 self._backoff(attempt)
                 continue
-            current = self._read_back(key, path)
+            current = self._read_back(key, path, deadline)
             if current is not None:
                 return current == data
             if kind == _LOST:
@@ -367,7 +374,16 @@ class RemoteStore(ObjectStore):
             f"{self.retry_attempts} attempts; last error: {last!r}"
         ) from last
 
-    def _read_back(self, key: str, path: str) -> bytes | None:
+    def _check_reachable(self, exc: BaseException, deadline: float) -> None:
+        """Give up once the server could not be reached for connect_timeout_s."""
+        if time.monotonic() >= deadline and _unreachable(exc):
+            raise StorageError(
+                f"cannot connect to the {self.backend} store {self.identity}: no connection "
+                f"for {self.connect_timeout_s:g} s ({' '.join(repr(exc).split())[:300]}); "
+                "check the URL, the endpoint and that the server is up (the limit is "
+                "socket.connection.setup.timeout.ms)") from exc
+
+    def _read_back(self, key: str, path: str, deadline: float) -> bytes | None:
         """The object's bytes, or None if absent; retries transient read errors."""
         fast = self.fast()
         fs: Any = None if fast is not None else self.fsspec()
@@ -384,6 +400,7 @@ class RemoteStore(ObjectStore):
                 last = exc
                 if _outcome(exc, fast) in (_FATAL, _UNSUPPORTED):
                     break
+                self._check_reachable(exc, deadline)
                 self._backoff(attempt)
                 continue
             self.counter.add("get", len(data))
@@ -656,6 +673,29 @@ class RemoteStore(ObjectStore):
                 self.delete(key)
             except StorageError:
                 pass
+
+
+_UNREACHABLE_TYPES = ("EndpointConnectionError", "ConnectTimeoutError", "ConnectTimeout",
+                      "ClientConnectorError", "ServerTimeoutError", "NewConnectionError")
+_UNREACHABLE_TEXT = ("connection refused", "error sending request", "tcp connect error",
+                     "dns error", "failed to lookup address", "could not connect",
+                     "name or service not known", "connect timeout")
+
+
+def _unreachable(exc: BaseException) -> bool:
+    """Whether ``exc`` (or an exception it wraps) says the server could not be reached."""
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, (ConnectionRefusedError, ConnectionAbortedError)) \
+                or type(e).__name__ in _UNREACHABLE_TYPES:
+            return True
+        text = str(e).lower()
+        if any(t in text for t in _UNREACHABLE_TEXT):
+            return True
+        e = e.__cause__ or e.__context__
+    return False
 
 
 def _outcome(exc: BaseException, fast: obstore_s3.ObstoreS3 | None) -> str:
