@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Torture txlog: run harness histories (txlog.harness) and print the anomalies found.
+"""Torture txlog: run harness histories (txlog.testing.harness) and print the anomalies found.
 
     scripts/torture.py --histories 20                 # 20 histories on the local disk
     scripts/torture.py --time 600 --store s3          # 10 minutes on SeaweedFS (S3)
@@ -24,20 +24,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from txlog.checker import ANOMALY_KINDS  # noqa: E402
-from txlog.harness import HistoryConfig, run_history  # noqa: E402
+from txlog.testing import servers
+from txlog.testing.checker import ANOMALY_KINDS
+from txlog.testing.harness import HistoryConfig, run_history
 
 
 def start_s3() -> Any:
-    sys.path.insert(0, str(ROOT / "tests"))
-    try:
-        import storage_servers
-    except ImportError as exc:
-        raise SystemExit(f"--store s3 needs tests/storage_servers.py: {exc}") from None
-    return storage_servers.start_seaweed()
+    return servers.start_seaweed()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import storage_servers
 
 from txlog.storage import ObjectStore, open_store
+from txlog.testing import servers as storage_servers
 
 # --- storage servers --------------------------------------------------------------
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from storage_servers import HOST, _log_tail, _stop_process_group, free_ports
+from txlog.testing.servers import HOST, _log_tail, _stop_process_group, free_ports
 
 REPO = Path(__file__).resolve().parent.parent
 JOB = Path(__file__).resolve().parent / "spark_job.py"

@@ -1,4 +1,4 @@
-"""The Jepsen-style checker (txlog.checker) on hand-made histories: a clean one, and one
+"""The Jepsen-style checker (txlog.testing.checker) on hand-made histories: a clean one, and one
 per anomaly kind.  Pure: no store, no processes."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from txlog import checker
-from txlog.checker import FAIL, OK, UNKNOWN, Op, check, pair_events
+from txlog.testing import checker
+from txlog.testing.checker import FAIL, OK, UNKNOWN, Op, check, pair_events
 
 # -- builders -------------------------------------------------------------------------------
 
@@ -330,7 +330,7 @@ def test_pair_events() -> None:
 
 
 def test_recorder_round_trip(tmp_path: Any) -> None:
-    from txlog.harness.history import HISTORY_SUFFIX, Recorder, load_events
+    from txlog.testing.harness.history import HISTORY_SUFFIX, Recorder, load_events
 
     rec = Recorder(tmp_path / f"p.0{HISTORY_SUFFIX}", "p.0")
     oid = rec.invoke("txn", {"txn_id": "t", "sends": [["a", 0, "v1"]]})

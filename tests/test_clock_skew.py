@@ -3,7 +3,7 @@ behind neither abort a live transaction early nor delay the abort of an abandone
 because expiry is judged on the object store's clock (txlog/store_clock.py).
 
 The skewed clients are separate processes whose wall clock is shifted
-(txlog.harness.clock.shift_wall_clock, as the torture harness's clock-skew nemesis does).
+(txlog.testing.harness.clock.shift_wall_clock, as the torture harness's clock-skew nemesis does).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ BOUND_S = 10.0
 
 CHILD = textwrap.dedent("""
     import json, sys, time
-    from txlog.harness.clock import shift_wall_clock
+    from txlog.testing.harness.clock import shift_wall_clock
     shift_wall_clock(int(sys.argv[3]))
     import txlog
     from txlog.records import TopicPartition

@@ -13,7 +13,7 @@ import txlog
 import txlog.producer
 from txlog.errors import ProducerFencedError, UnstableOffsetCommitError
 from txlog.records import TopicPartition
-from txlog.storage.faults import FaultyStore
+from txlog.testing.faults import FaultyStore
 
 
 def _log(tmp_path: object) -> tuple[txlog.Log, FaultyStore]:

@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 import spark_procs
-from storage_servers import SeaweedServer
 
 import spark_ext
 import txlog
 from spark_ext import hadoop_conf
 from txlog.errors import ConfigError
+from txlog.testing.servers import SeaweedServer
 
 BUCKET = "fs.s3a.bucket.b."
 

@@ -16,7 +16,7 @@ from txlog.offsets import offsets_partition
 from txlog.partition_log import AppendSpec, PartitionLog
 from txlog.producer import StagedObject, State
 from txlog.records import kafka_table
-from txlog.storage.faults import FaultRates, FaultyStore
+from txlog.testing.faults import FaultRates, FaultyStore
 
 SEED = 13
 

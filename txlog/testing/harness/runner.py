@@ -2,10 +2,10 @@
 everything, check.
 
 1. Topics are created on a clean store.
-2. Client processes (:mod:`txlog.harness.worker`) start: transactional producers (one
+2. Client processes (:mod:`txlog.testing.harness.worker`) start: transactional producers (one
    transactional.id each), an idempotent producer, consumers (read_committed and
    read_uncommitted), consume-transform-produce clients and a sweeper that also compacts;
-   each talks to the store through a seeded :class:`~txlog.storage.faults.FaultyStore`
+   each talks to the store through a seeded :class:`~txlog.testing.faults.FaultyStore`
    and records its history.  Few offsets and state-log partitions (clients share them),
    frequent checkpoints, a short transaction timeout and a short file-delete delay make
    the interesting interleavings common.
@@ -14,12 +14,12 @@ everything, check.
    transactional.id of a live producer.  With ``clock_skew_ms``, every client process
    starts with its wall clock shifted by -skew, 0 or +skew (drawn per process), so
    transaction timeouts, append times and deletion delays are judged by clients whose
-   clocks disagree (:mod:`txlog.harness.clock`).
+   clocks disagree (:mod:`txlog.testing.harness.clock`).
 4. After ``duration`` the clients stop by themselves (stragglers are SIGKILLed and
    reported as hung); then, without faults, the sweep runs and every partition's LSO is
    resolved until it reaches the high watermark (or ``settle_timeout`` passes: a stuck
    LSO), and every partition is read in full, read_committed and read_uncommitted.
-5. :func:`txlog.checker.check` judges the whole history.
+5. :func:`txlog.testing.checker.check` judges the whole history.
 """
 
 from __future__ import annotations
@@ -37,11 +37,11 @@ from pathlib import Path
 from typing import Any
 
 import txlog
-from txlog.checker import Anomaly, CheckResult, check, pair_events
-from txlog.harness.history import HISTORY_SUFFIX, Recorder, load_events
 from txlog.names import CONSUMER_OFFSETS_TOPIC
 from txlog.records import TopicPartition
 from txlog.resolve import resolve_lso
+from txlog.testing.checker import Anomaly, CheckResult, check, pair_events
+from txlog.testing.harness.history import HISTORY_SUFFIX, Recorder, load_events
 
 #: Data topics and their partitions ("in" feeds the consume-transform-produce clients,
 #: which write "out").
@@ -93,7 +93,7 @@ class HistoryConfig:
     keep: bool = False  # keep the history directory even when it is clean
     #: The command that runs a worker (the spec file's path is appended).
     worker_cmd: list[str] = field(
-        default_factory=lambda: [sys.executable, "-m", "txlog.harness.worker"])
+        default_factory=lambda: [sys.executable, "-m", "txlog.testing.harness.worker"])
 
     @property
     def dir(self) -> Path:

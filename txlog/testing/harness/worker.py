@@ -1,4 +1,4 @@
-"""Client processes of the torture harness: ``python -m txlog.harness.worker SPEC.json``.
+"""Client processes of the torture harness: ``python -m txlog.testing.harness.worker SPEC.json``.
 
 Roles:
 
@@ -18,9 +18,9 @@ Roles:
 * ``sweeper``: ``log.coordinator.sweep()`` in a loop and, with ``compact``, the whole
   maintenance pass on one topic at a time (compaction and purges while others read).
 
-Every operation is recorded (:class:`~txlog.harness.history.Recorder`) as an invocation
+Every operation is recorded (:class:`~txlog.testing.harness.history.Recorder`) as an invocation
 and a completion (ok, fail or info).  The store is a seeded
-:class:`~txlog.storage.faults.FaultyStore`.  A worker stops at ``until`` (wall clock); the
+:class:`~txlog.testing.faults.FaultyStore`.  A worker stops at ``until`` (wall clock); the
 runner may SIGKILL it at any moment.
 """
 
@@ -43,10 +43,10 @@ from txlog.errors import (
     TransactionTimeoutError,
     TxlogError,
 )
-from txlog.harness.clock import real_time, shift_wall_clock
-from txlog.harness.history import Recorder
 from txlog.records import TopicPartition
-from txlog.storage.faults import FaultRates, FaultyStore, InjectedTimeout
+from txlog.testing.faults import FaultRates, FaultyStore, InjectedTimeout
+from txlog.testing.harness.clock import real_time, shift_wall_clock
+from txlog.testing.harness.history import Recorder
 
 #: Errors that mean "this transaction is aborted" when they come out of a transaction.
 DEFINITE_ABORT = (ProducerFencedError, TransactionAbortedError)
@@ -568,7 +568,7 @@ class Worker:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
-        print("usage: python -m txlog.harness.worker SPEC.json", file=sys.stderr)
+        print("usage: python -m txlog.testing.harness.worker SPEC.json", file=sys.stderr)
         return 2
     spec = json.loads(Path(argv[0]).read_text())
     if spec.get("clock_skew_ms"):

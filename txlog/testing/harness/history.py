@@ -1,4 +1,4 @@
-"""History files: one JSONL file of events per client process (see :mod:`txlog.checker`).
+"""History files: one JSONL file of events per client process (see :mod:`txlog.testing.checker`).
 
 Each event is written with one ``write`` to a file opened for appending, so a process
 SIGKILLed mid-operation leaves whole lines: its last invocation simply has no completion.
@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from txlog.harness.clock import real_time_ns
+from txlog.testing.harness.clock import real_time_ns
 
 HISTORY_SUFFIX = ".history.jsonl"
 
