@@ -1,8 +1,17 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh clone: installs what it needs into .venv, then runs
 # lint, type checks and pytest.  Extra arguments go to pytest.
+#   scripts/run-tests.sh          the full suite (what CI runs)
+#   scripts/run-tests.sh --fast   the fast lane (docs/testing.md): no slow, Spark or server
+#                                 tests, stores in memory and on local disk only
 set -euo pipefail
 cd "$(dirname "$0")/.."
+FAST=()
+if [[ "${1:-}" == "--fast" ]]; then
+    shift
+    FAST=(-m "not slow and not spark and not s3 and not gcs")
+    export TXLOG_TEST_BACKENDS="${TXLOG_TEST_BACKENDS:-memory,local}"
+fi
 scripts/bootstrap.sh
 export PYSPARK_PYTHON="$PWD/.venv/bin/python"
 export PYSPARK_DRIVER_PYTHON="$PWD/.venv/bin/python"
@@ -11,4 +20,4 @@ export PYSPARK_DRIVER_PYTHON="$PWD/.venv/bin/python"
 export TXLOG_TEST_INSTALL_AZURITE="${TXLOG_TEST_INSTALL_AZURITE:-1}"
 echo "== ruff";  .venv/bin/ruff check txlog spark_ext tests scripts
 echo "== mypy";  .venv/bin/mypy
-echo "== pytest"; .venv/bin/python -m pytest "$@"
+echo "== pytest"; .venv/bin/python -m pytest ${FAST[@]+"${FAST[@]}"} "$@"

@@ -1,6 +1,7 @@
 """Shared pytest fixtures.
 
-Sections (add new ones, e.g. a Spark session, as their own section):
+Sections (fixtures used by one folder only live in that folder's conftest.py, e.g. the
+Spark session in tests/spark/conftest.py):
 
 * storage servers: ``seaweed`` (S3, session-scoped, started on first use), ``azurite``.
 * stores: ``store_factory`` (make a fresh store of any backend), ``any_store``
@@ -167,8 +168,3 @@ def gates() -> Iterator[list[Any]]:
     for g in made:
         g.open()
 
-
-# --- Spark ---------------------------------------------------------------------------
-# ``spark``: one local[2] SparkSession for the whole run (tests/spark_session.py).
-
-from spark_session import spark  # noqa: E402,F401

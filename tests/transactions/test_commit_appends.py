@@ -24,7 +24,7 @@ from txlog.txn_state import ONGOING, PREPARE_COMMIT, PendingAppend, TxnRecord
 
 
 def entries(log: txlog.Log, topic: str, partition: int) -> list[Any]:
-    from test_bad_input import data_entries
+    from helpers import data_entries
 
     return data_entries(log, topic, partition, ("data", "commit", "abort", "begin"))
 

@@ -19,6 +19,9 @@ import pytest
 import txlog
 from txlog import TopicPartition
 
+#: Kills processes (or runs many): outside the fast lane.
+pytestmark = pytest.mark.slow
+
 CHILD = str(Path(__file__).with_name("crash_child.py"))
 # (crash point, which hit): every step of one transaction, in the second transaction.
 # Per transaction: 2 AddPartitions calls (offsets partition, then the 5 data partitions

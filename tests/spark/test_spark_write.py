@@ -2,7 +2,7 @@
 
 In-process tests share the run's ``spark`` fixture.  Crash and retry tests need their own
 driver (a process to SIGKILL, or ``local[2,4]`` so that a task may fail and be retried):
-they run this file as a child script (``python tests/test_spark_write.py <scenario> ...``)
+they run this file as a child script (``python tests/spark/test_spark_write.py <scenario> ...``)
 and steer it with the writer's test hooks (TXLOG_TEST_PAUSE_* stops a commit at a chosen
 point until the child is killed; TXLOG_TEST_FAIL_STAGED fails tasks after staging).
 """
@@ -27,7 +27,7 @@ from txlog.partitioner import partition_for_key
 pytestmark = pytest.mark.spark
 
 HERE = Path(__file__).resolve()
-REPO = HERE.parent.parent
+REPO = HERE.parents[2]
 
 
 # -- helpers ---------------------------------------------------------------------------------

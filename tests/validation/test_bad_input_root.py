@@ -301,7 +301,7 @@ def test_hostile_root_settings_are_a_clear_error(tmp_path: Path, settings: bytes
 def _lying(store_factory: Any, backend: str, **options: Any) -> Any:
     """A SeaweedFS store whose first two conditional creates the server answers as a
     plain overwrite (If-None-Match ignored), through the client ``backend`` uses."""
-    from test_storage_contract import ScriptedCreateFS, ScriptedCreateObstore
+    from txlog.testing.s3_faults import ScriptedCreateFS, ScriptedCreateObstore
 
     store = store_factory(backend, "lying")
     if options:
@@ -361,7 +361,7 @@ def test_the_escape_hatch_skips_the_check(store_factory: Any) -> None:
 
 @pytest.mark.s3
 def test_create_topic_on_a_lying_server_is_refused(seaweed: Any) -> None:
-    from test_storage_contract import ScriptedCreateObstore
+    from txlog.testing.s3_faults import ScriptedCreateObstore
 
     lg = txlog.connect(seaweed.fresh_url("lying-log"), seaweed.storage_options)
     lg.store._ob = ScriptedCreateObstore(lg.store.fast(), ["ignore", "ignore"])

@@ -1,7 +1,7 @@
 """A txlog job for ``spark-submit``, run by the cluster and s3a tests in its own driver.
 
-    spark-submit [--master ...] tests/spark_job.py copy URL SOURCE TARGET APP_ID [OPTIONS]
-    spark-submit --jars ... tests/spark_job.py jvm URL OUT_URL SOURCE TARGET [OPTIONS]
+    spark-submit [--master ...] tests/spark/spark_job.py copy URL SOURCE TARGET APP_ID [OPTIONS]
+    spark-submit --jars ... tests/spark/spark_job.py jvm URL OUT_URL SOURCE TARGET [OPTIONS]
 
 ``copy`` reads topic SOURCE with ``format("txlog")`` and writes its key, value and
 partition to topic TARGET with ``format("txlog")``, exactly once (``txnAppId`` APP_ID,
@@ -12,7 +12,7 @@ the JVM writer, then reads SOURCE with the SQL scan (all open the objects with S
 own Hadoop filesystems).
 OPTIONS is the storage options as JSON. The last line printed is ``RESULT <json>``.
 
-    python tests/spark_job.py connect sc://HOST:PORT URL SOURCE TARGET APP_ID
+    python tests/spark/spark_job.py connect sc://HOST:PORT URL SOURCE TARGET APP_ID
 
 is a Spark Connect client (its own process: a Connect session changes how pyspark
 behaves in the whole process) that registers, reads and writes ``format("txlog")``.

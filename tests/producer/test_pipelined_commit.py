@@ -8,7 +8,7 @@ from concurrent.futures import Future
 from typing import Any
 
 import pytest
-from test_transactions import read_all
+from helpers import read_all
 
 import txlog
 from txlog import TopicPartition

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from helpers import read_all
 
 import txlog
 from txlog import TopicPartition
@@ -15,17 +16,6 @@ from txlog.errors import (
 )
 from txlog.partition_log import AppendSpec
 from txlog.txn_state import MAX_EPOCH, VALID_PREVIOUS, TxnRecord
-
-
-def read_all(log: txlog.Log, topic: str, iso: str = "read_committed") -> list[bytes]:
-    c = log.consumer(isolation_level=iso, auto_offset_reset="earliest")
-    c.subscribe([topic])
-    out: list[bytes] = []
-    while True:
-        got = c.poll(10_000)
-        if not got:
-            return out
-        out.extend(r.value for r in got)
 
 
 @pytest.fixture

@@ -12,10 +12,15 @@ import sys
 import threading
 from pathlib import Path
 
+import pytest
+
 import txlog
 from txlog import TopicPartition
 
-ROOT_DIR = Path(__file__).resolve().parent.parent
+#: Kills processes (or runs many): outside the fast lane.
+pytestmark = pytest.mark.slow
+
+ROOT_DIR = Path(__file__).resolve().parents[2]
 COPIER = str(ROOT_DIR / "scripts" / "copier.py")
 SEED = 20261122
 PARTS = 3

@@ -10,7 +10,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from test_transactions import read_all
+from helpers import read_all
 
 import txlog
 from txlog import TopicPartition
@@ -492,7 +492,7 @@ def test_objects_written_behind_a_slow_append_share_one_entry(
     three): the COMMIT marker, after PrepareCommit named them (or, with
     ``commit.appends.batches=false``, a DATA entry before the decision).  Offsets, reads
     and a cold reader agree."""
-    from test_bad_input import data_entries
+    from helpers import data_entries
 
     gate = AppendGate(monkeypatch)
     gates.append(gate)
@@ -525,7 +525,7 @@ def test_a_plain_producers_grouped_entry_keeps_its_sequence_numbers(
         log: txlog.Log, monkeypatch: pytest.MonkeyPatch, gates: list[Any]) -> None:
     """Without a transaction too; the entry takes the sequence numbers of all its
     records, so the next batch follows on without a gap."""
-    from test_bad_input import data_entries
+    from helpers import data_entries
 
     gate = AppendGate(monkeypatch)
     gates.append(gate)
@@ -633,7 +633,7 @@ def test_append_parts_false_appends_one_entry_per_object(
         log: txlog.Log, monkeypatch: pytest.MonkeyPatch, gates: list[Any]) -> None:
     """``append.parts=false`` keeps a producer's entries readable by txlog 0.1 (format
     version 1): the same backlog as above, one entry per object."""
-    from test_bad_input import data_entries
+    from helpers import data_entries
 
     gate = AppendGate(monkeypatch)
     gates.append(gate)
@@ -658,7 +658,7 @@ def test_the_commit_appends_its_uploading_objects_in_one_entry(
     commit's own are still uploading: it waits for them (the commit waits for every one
     of them anyway) and appends one entry for all four, instead of one for the first and
     one for the rest; offsets and reads agree."""
-    from test_bad_input import data_entries
+    from helpers import data_entries
 
     real_write, real_claim, real_append = (PartitionLog.write_data,
                                            producer_mod.Producer._claim_ready,
@@ -718,7 +718,7 @@ def test_a_commit_without_a_batch_of_its_own_starts_the_uploads_it_waits_for(
     (the last full batch took every record), so it uploads nothing.  Queueing the
     commit must still start that upload, which the committer now waits for (a hang
     found in the benchmark)."""
-    from test_bad_input import data_entries
+    from helpers import data_entries
 
     real_claim, real_write_step = (producer_mod.Producer._claim_ready,
                                    producer_mod.Producer._write_step)

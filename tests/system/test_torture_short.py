@@ -36,6 +36,7 @@ SEEDS = [1001, 1002, 1003]
 # -- the short run ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_short_torture_run_has_no_anomalies(tmp_path: Path) -> None:
     totals = {"ops": 0, "txns_committed": 0, "kills": 0, "polls": 0, "faults": 0}
     failures = []

@@ -424,7 +424,7 @@ def test_discoverable_as_pyspark_module() -> None:
 
     from pyspark.sql.datasource import DataSource
 
-    root = str(Path(__file__).resolve().parents[1])
+    root = str(Path(__file__).resolve().parents[2])
     found = [m.name for m in pkgutil.iter_modules([root]) if m.name.startswith("pyspark_")]
     assert "pyspark_txlog" in found
     sys.path.insert(0, root)

@@ -35,6 +35,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from helpers import data_entries, entry_keys
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -88,16 +89,6 @@ def read_values(log: txlog.Log, tps: list[TopicPartition], max_records: int = 10
     c.assign(tps)
     c.seek_to_beginning()
     return [r.value for r in c.poll(max_records=max_records)]
-
-
-def entry_keys(log: txlog.Log, topic: str, partition: int) -> list[str]:
-    return log.store.list(layout.log_prefix(topic, partition))
-
-
-def data_entries(log: txlog.Log, topic: str, partition: int,
-                 kinds: tuple[str, ...] = ("data",)) -> list[Entry]:
-    return [e for e in (decode_entry(log.store.get(k), k)
-                        for k in entry_keys(log, topic, partition)) if e.kind in kinds]
 
 
 def fresh(log: txlog.Log) -> txlog.Log:

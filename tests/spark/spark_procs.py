@@ -22,7 +22,7 @@ from typing import Any
 
 from txlog.testing.servers import HOST, _log_tail, _stop_process_group, free_ports
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 JOB = Path(__file__).resolve().parent / "spark_job.py"
 START_TIMEOUT = 180.0  # JVMs start slowly on a loaded 2-core machine
 JOB_TIMEOUT = 420.0

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 OPERATIONS = ("commit_1", "commit_8", "init_new", "init_restart", "first_send",
               "commit_after_flush", "idle_poll", "fresh_poll")
 

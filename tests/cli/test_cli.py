@@ -315,6 +315,7 @@ STUCK_CHILD = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_hanging_transaction_found_by_find_hanging_and_ended_by_abort(tx: Txlog, txp: Txlog,
                                                                       ) -> None:
     # Setup and checks run in-process (tx); find-hanging and abort as subprocesses (txp),

@@ -20,7 +20,10 @@ from typing import Any
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+#: Kills processes (or runs many): outside the fast lane.
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "scripts" / "bench"
 TIMEOUT = 240
 

@@ -11,7 +11,7 @@ import txlog
 from txlog.config import DEFAULTS, TOPIC_KEYS, load_config
 from txlog.errors import ConfigError
 
-CONF = Path(__file__).resolve().parent.parent / "conf" / "txlog.toml"
+CONF = Path(__file__).resolve().parents[2] / "conf" / "txlog.toml"
 PLAIN_DEFAULTS = {k: v[0] for k, v in DEFAULTS.items()}
 
 

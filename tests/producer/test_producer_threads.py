@@ -10,8 +10,8 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any
 
 import pytest
+from helpers import read_all
 from test_pipelined_commit import held_commit
-from test_transactions import read_all
 
 import txlog
 from txlog.coordinator import Coordinator
