@@ -206,7 +206,7 @@ def test_topics_produce_consume_roundtrip(tx: Txlog) -> None:
     created = t.json("topics", "create", "orders", "--partitions", "2",
                        "--config", "retention.ms=86400000")
     assert created["partitions"] == 2 and created["config"]["retention.ms"] == 86_400_000
-    records = [
+    records: list[dict[str, Any]] = [
         {"key": "k1", "value": "hello", "partition": 0},
         {"key": "k2", "value": {"base64": "/wABAg=="}, "headers": {"h": "v"}, "partition": 0},
         {"value": {"n": 1}, "partition": 1, "timestamp": 1_700_000_000_000},
@@ -324,7 +324,7 @@ def test_hanging_transaction_found_by_find_hanging_and_ended_by_abort(tx: Txlog,
     root = txp.root
     assert root is not None and root == tx.root
     t("topics", "create", "orders", "--partitions", "2")
-    before = [{"value": f"before-{i}", "partition": i % 2} for i in range(4)]
+    before: list[dict[str, Any]] = [{"value": f"before-{i}", "partition": i % 2} for i in range(4)]
     t("produce", "orders", "--transactional-id", "loader-1", input=jsonl(*before))
 
     # A producer process begins transactions on both partitions, writes, and is SIGKILLed.
@@ -340,7 +340,7 @@ def test_hanging_transaction_found_by_find_hanging_and_ended_by_abort(tx: Txlog,
         child.wait(timeout=30)
     assert child.returncode == -signal.SIGKILL
 
-    after = [{"value": f"after-{i}", "partition": i % 2} for i in range(4)]
+    after: list[dict[str, Any]] = [{"value": f"after-{i}", "partition": i % 2} for i in range(4)]
     t("produce", "orders", "--transactional-id", "loader-2", input=jsonl(*after))
 
     # The open transactions hold both LSOs: committed data after them is not visible.

@@ -103,14 +103,14 @@ def test_interleaved_producers(tmp_path: object) -> None:
     for r in all_recs:
         offsets_of[r.value] = r.offset
     assert sorted(offsets_of) == sorted(everything)  # read_uncommitted: every data record
-    want = sorted((v for v in committed if offsets_of[v] < lso), key=offsets_of.get)
+    want = sorted((v for v in committed if offsets_of[v] < lso), key=offsets_of.__getitem__)
     assert [r.value for r in got] == want
     assert c.position(TP) == lso
     # Once p1 commits, the rest becomes visible and nothing is returned twice.
     producers[1].commit_transaction()
     committed.extend(in_txn.pop(1))
     more = drain(c)
-    assert [r.value for r in got + more] == sorted(committed, key=offsets_of.get)
+    assert [r.value for r in got + more] == sorted(committed, key=offsets_of.__getitem__)
 
 
 def test_positions_seek_and_offsets(tmp_path: object) -> None:

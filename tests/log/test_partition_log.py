@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import sys
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -173,7 +174,8 @@ def test_send_futures_report_the_offsets_the_log_assigned(tmp_path: object) -> N
     log.create_topic("t", partitions=1)
     # Several batches (offsets cross batches); the last one waits for flush(), as the
     # linger thread would write it only after an hour.
-    p = log.producer(**{"batch.size": 400, "linger.ms": 3_600_000})
+    conf: dict[str, Any] = {"batch.size": 400, "linger.ms": 3_600_000}
+    p = log.producer(**conf)
     futs = [p.send("t", b"v%03d" % i, partition=0) for i in range(50)]
     assert not futs[-1].done()
     with pytest.raises(txlog.errors.InvalidTxnStateError, match="not written within"):

@@ -88,8 +88,8 @@ def test_pipelined_commits_are_exactly_once_and_in_order(log: txlog.Log) -> None
             want[part].append(v)
             sent.append((v, fut))
     p.flush()  # waits for the committer's queue
-    for fut in commits:
-        assert fut.result() is None
+    for commit in commits:
+        assert commit.result() is None
     p.close()
     offsets = {v: f.get() for v, f in sent}
     for part in (0, 1):
@@ -628,7 +628,9 @@ def test_a_retried_end_is_answered_by_the_record_that_ended_it(log: txlog.Log) -
     c = log.coordinator
     pid, e0 = c.init_producer_id("t", 60_000)
     c.add_partitions("t", pid, e0, [TopicPartition("a", 0)])
-    nxt = c.complete(c.prepare_end("t", pid, e0, True))
+    first = c.prepare_end("t", pid, e0, True)
+    assert not isinstance(first, tuple)
+    nxt = c.complete(first)
     c.add_partitions("t", *nxt, [TopicPartition("a", 1)])
     assert c.end_txn("t", pid, e0, True) == nxt  # not "fenced"
     # A combined write, then that transaction aborts: the record must say "abort".

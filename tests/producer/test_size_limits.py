@@ -135,7 +135,8 @@ def test_a_consumer_refuses_a_bomb_in_the_log() -> None:
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink, compression="zstd", use_dictionary=False)
     store.put(data, bytes(sink.getvalue().to_pybytes()))
-    c = txlog.connect(log.url, **{"fetch.max.bytes": 1_000_000}).consumer()
+    conf: dict[str, Any] = {"fetch.max.bytes": 1_000_000}
+    c = txlog.connect(log.url, **conf).consumer()
     c.assign([TP])
     c.seek_to_beginning()
     with pytest.raises(RecordTooLargeError, match=data):

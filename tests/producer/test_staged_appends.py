@@ -44,7 +44,7 @@ def stage(lg: txlog.Log, topic: str, per_part: dict[int, int], tag: str = "",
 def values(lg: txlog.Log, tp: TopicPartition) -> list[tuple[int, bytes]]:
     c = lg.consumer(auto_offset_reset="earliest")
     c.assign([tp])
-    out = []
+    out: list[tuple[int, bytes]] = []
     while batch := c.poll(10_000):
         out.extend((r.offset, r.value) for r in batch)
     return out
@@ -214,8 +214,11 @@ def test_crash_point_hits_are_counted_across_threads(monkeypatch: pytest.MonkeyP
     old = sys.getswitchinterval()
     sys.setswitchinterval(1e-6)  # switch threads as often as possible
     try:
-        ts = [threading.Thread(target=lambda: [cp.crashpoint("x") for _ in range(20_000)])
-              for _ in range(8)]
+        def hit_often() -> None:
+            for _ in range(20_000):
+                cp.crashpoint("x")
+
+        ts = [threading.Thread(target=hit_often) for _ in range(8)]
         for t in ts:
             t.start()
         for t in ts:

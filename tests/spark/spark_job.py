@@ -113,11 +113,13 @@ def main(argv: list[str]) -> None:
     spark_ext.register(spark)
     try:
         if argv[0] == "copy":
-            result = _copy(spark, *argv[1:5], options=argv[5] if len(argv) > 5 else "{}")
+            result = _copy(spark, argv[1], argv[2], argv[3], argv[4],
+                           options=argv[5] if len(argv) > 5 else "{}")
         elif argv[0] == "connect":
             result = _connect(spark, *argv[1:5])
         elif argv[0] == "jvm":
-            result = _jvm(spark, *argv[1:5], options=argv[5] if len(argv) > 5 else "{}")
+            result = _jvm(spark, argv[1], argv[2], argv[3], argv[4],
+                          options=argv[5] if len(argv) > 5 else "{}")
         else:
             raise SystemExit(f"unknown job {argv[0]!r}")
     finally:

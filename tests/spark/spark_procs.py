@@ -15,10 +15,10 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from txlog.testing.servers import HOST, _log_tail, _stop_process_group, free_ports
 
@@ -94,8 +94,8 @@ def _wait(ready: Any, procs: list[subprocess.Popen[bytes]], logs: list[Path],
     while not ready():
         for p, log in zip(procs, logs, strict=True):
             if p.poll() is not None:
-                raise RuntimeError(f"{what}: {p.args[:3]} exited {p.returncode}:\n"
-                                   + _log_tail(log))
+                cmd = list(cast(Sequence[str], p.args))[:3]
+                raise RuntimeError(f"{what}: {cmd} exited {p.returncode}:\n" + _log_tail(log))
         if time.monotonic() > deadline:
             raise TimeoutError(f"{what} not ready:\n" + "\n".join(_log_tail(x) for x in logs))
         time.sleep(0.2)  # polling interval of a bounded readiness loop

@@ -96,8 +96,9 @@ def test_slices_cut_inside_batches_keep_every_column(spark: Any, tmp_path: Path,
     high = {p: max(r[1] for r in expected if r[0] == p) + 1 for p in (0, 1)}
     for start in range(0, high[0], 2):
         for end in (start + 1, start + 4, high[0]):
-            opts = {"startingOffsets": f'{{"j": {{"0": {start}, "1": {start // 2}}}}}',
-                    "endingOffsets": f'{{"j": {{"0": {end}, "1": -1}}}}'}
+            opts: dict[str, Any] = {
+                "startingOffsets": f'{{"j": {{"0": {start}, "1": {start // 2}}}}}',
+                "endingOffsets": f'{{"j": {{"0": {end}, "1": -1}}}}'}
             trimmed = spark_ext.read(spark, url, topic="j", engine="jvm", **opts)
             plan = trimmed._jdf.queryExecution().executedPlan().toString()
             assert not re.search(r"\bFilter\b", plan), plan  # cut by the reader itself
@@ -192,7 +193,7 @@ def test_compacted_segments_with_runs_cut_inside_batches(
         assert compact_partition(log, tp).segments_written == 1
     assert rows(spark_ext.read(spark, url, topic="j", engine="jvm")) == expected
     for start in range(0, 12, 3):
-        opts = {"startingOffsets": f'{{"j": {{"0": {start}, "1": {start}}}}}'}
+        opts: dict[str, Any] = {"startingOffsets": f'{{"j": {{"0": {start}, "1": {start}}}}}'}
         got = rows(spark_ext.read(spark, url, topic="j", engine="jvm", **opts))
         assert got == [r for r in expected if r[1] >= start], opts
         count = spark_ext.read(spark, url, topic="j", engine="jvm", **opts).count()
@@ -388,7 +389,7 @@ def test_random_logs_ranges_batch_sizes_and_compaction_match_the_consumer(
             start.setdefault(topic, {})[str(part)] = lo
             end.setdefault(topic, {})[str(part)] = hi if hi <= h else -1
 
-        opts = {"subscribe": "events,other", "isolation_level": isolation,
+        opts: dict[str, Any] = {"subscribe": "events,other", "isolation_level": isolation,
                 "startingOffsets": json.dumps(start), "endingOffsets": json.dumps(end)}
         want = [r for r in want if in_range(r, start, end)]
         df = spark_ext.read(spark, b.url, engine="jvm", **opts)

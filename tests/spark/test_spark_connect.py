@@ -37,8 +37,10 @@ def test_remote_client_reads_and_writes_format_txlog(tmp_path: Path) -> None:
         p.abort_transaction() if i % 3 == 1 else p.commit_transaction()
     c = log.consumer(auto_offset_reset="earliest")
     c.subscribe(["in"])
-    expected = sorted((r.partition, r.offset, bytes(r.value).decode(), r.headers[0][1].decode())
-                      for r in c.poll(max_records=1000))
+    records = c.poll(max_records=1000)
+    assert all(r.headers[0][1] is not None for r in records)
+    expected = sorted((r.partition, r.offset, bytes(r.value).decode(),
+                       bytes(r.headers[0][1] or b"").decode()) for r in records)
 
     with spark_procs.connect_server(tmp_path) as remote:
         # The client in a process of its own: a Connect session switches pyspark to

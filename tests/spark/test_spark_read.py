@@ -369,7 +369,7 @@ def test_offset_ranges_and_timestamps(spark: Any, tmp_path: Path, files: str,
     everything = consume(url, ["r"])
     assert len(everything) == 20
 
-    def both(**opts: str) -> list[Row]:
+    def both(**opts: Any) -> list[Row]:
         if "assign" not in opts:
             opts["subscribe"] = "r"
         a = spark_rows(load(spark, url, **opts))

@@ -93,7 +93,7 @@ def test_job_is_one_transaction_over_every_partition(spark: Any, tmp_path: Path)
         assert r.headers == [("h", str(i).encode())]
         assert r.timestamp == 1_700_000_000_000 + i
     # One transaction: every batch of every partition has the same producer id and epoch.
-    owners = set()
+    owners: set[tuple[int, int]] = set()
     for tp in lg.partitions_for("events"):
         b = lg.partition_log(tp).refresh().batches
         owners.update(zip(b.producer_id, b.epoch, strict=True))
@@ -235,7 +235,8 @@ def test_vectorised_partitioner_matches_kafka() -> None:
     from spark_ext.staging import partitions_for_keys
 
     rng = random.Random(5)
-    keys = [bytes(rng.randrange(256) for _ in range(rng.randrange(0, 20))) for _ in range(3000)]
+    keys: list[bytes | None] = [bytes(rng.randrange(256) for _ in range(rng.randrange(0, 20)))
+                                for _ in range(3000)]
     keys += [None, b"", "k\u00e9y".encode()]
     for n in (1, 3, 7, 64):
         got = partitions_for_keys(pa.array(keys, pa.binary()), n).to_pylist()

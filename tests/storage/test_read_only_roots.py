@@ -16,6 +16,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,6 +24,7 @@ import txlog
 from txlog import layout
 from txlog.errors import RootNotFoundError, StorageError
 from txlog.maintenance import maintain
+from txlog.storage.remote import RemoteStore
 
 ENV_DROP = ("TXLOG_ROOT", "TXLOG_CONF", "TXLOG_STORAGE_OPTIONS", "TXLOG_DEBUG")
 
@@ -73,16 +75,17 @@ def test_connect_retries_are_bounded_by_the_setup_timeout() -> None:
     pytest.importorskip("obstore")
     pytest.importorskip("s3fs")
     port = _closed_port()
+    fast_fail: dict[str, Any] = {"socket.connection.setup.timeout.ms": 1}
     log = txlog.connect("s3://bucket/root", {
         "key": "k", "secret": "s", "client_kwargs": {"endpoint_url": f"http://127.0.0.1:{port}",
                                                      "region_name": "us-east-1"}},
-        **{"socket.connection.setup.timeout.ms": 1})
+        **fast_fail)
     with pytest.raises(StorageError, match=r"cannot connect .*socket\.connection\.setup"):
         log.create_topic("t")
     # One conditional create and at most one read-back, instead of ten of each.
     requests = log.store.counter.snapshot()["requests"]
     assert requests.get("put_if_absent") == 1 and requests.get("get", 0) <= 1, requests
-    assert log.store.connect_timeout_s == 0.001
+    assert isinstance(log.store, RemoteStore) and log.store.connect_timeout_s == 0.001
     import pickle
 
     assert pickle.loads(pickle.dumps(log)).store.connect_timeout_s == 0.001

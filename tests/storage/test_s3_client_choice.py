@@ -10,6 +10,7 @@ import pytest
 from txlog.errors import ConfigError
 from txlog.storage import open_store
 from txlog.storage.obstore_s3 import create_outcome, http_status, store_kwargs
+from txlog.storage.remote import RemoteStore
 
 ENDPOINT = {"client_kwargs": {"endpoint_url": "http://127.0.0.1:9000",
                               "region_name": "us-east-1"}}
@@ -106,12 +107,14 @@ def test_anonymous_and_unverified() -> None:
 
 def test_store_picks_its_client() -> None:
     opts = {"key": "k", "secret": "s", **ENDPOINT}
-    assert open_store("s3://bucket/root", opts).fast() is not None
+    default = open_store("s3://bucket/root", opts)
+    assert isinstance(default, RemoteStore) and default.fast() is not None
     forced = open_store("s3://bucket/root", {**opts, "txlog_client": "s3fs"})
-    assert forced.fast() is None
+    assert isinstance(forced, RemoteStore) and forced.fast() is None
     assert "txlog_client" not in forced._fs_options  # never handed to s3fs
     sse = {**opts, "s3_additional_kwargs": {"ServerSideEncryption": "AES256"}}
-    assert open_store("s3://bucket/root", sse).fast() is None
+    encrypted = open_store("s3://bucket/root", sse)
+    assert isinstance(encrypted, RemoteStore) and encrypted.fast() is None
 
 
 @pytest.mark.parametrize(("url", "options", "match"), [

@@ -178,7 +178,7 @@ def test_a_failed_marker_leaves_the_commit_standing_and_the_next_call_appends_it
     (or the future's get() does, if the application only asks for the offset): the
     records appear once, where the future says."""
     real = PartitionLog.append
-    failed = []
+    failed: list[AppendSpec] = []
 
     def flaky(plog: PartitionLog, spec: AppendSpec) -> Any:
         if spec.kind == COMMIT and spec.parts and not failed:

@@ -40,7 +40,7 @@ def log(tmp_path: Any) -> txlog.Log:
 def values(lg: txlog.Log, tps: list[TopicPartition]) -> list[bytes]:
     c = lg.consumer(auto_offset_reset="earliest")
     c.assign(tps)
-    out = []
+    out: list[bytes] = []
     while True:
         got = c.poll(max_records=1000)
         if not got:

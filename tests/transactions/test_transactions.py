@@ -399,7 +399,7 @@ def test_an_abort_that_hits_a_raw_os_error_can_be_retried(log: txlog.Log) -> Non
             raise failures.pop()
         return real(*args, **kw)  # type: ignore[arg-type]
 
-    coord.prepare_end = flaky  # type: ignore[method-assign]
+    coord.prepare_end = flaky  # type: ignore[method-assign,assignment]
     with pytest.raises(TimeoutError):
         p.abort_transaction()
     assert p.state.value == "ABORTABLE_ERROR"

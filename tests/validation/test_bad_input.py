@@ -638,8 +638,9 @@ def test_config_unknown_and_bad_values() -> None:
     with pytest.raises(ConfigError, match=re.escape("batch.size")):
         load_config({"batch.size": True}, env={})
     assert load_config({"transaction_timeout_ms": 5}, env={})["transaction.timeout.ms"] == 5
+    unknown: dict[str, Any] = {"no.such": 1}
     with pytest.raises(ConfigError, match=re.escape("no.such")):
-        txlog.connect("memory://x", **{"no.such": 1})
+        txlog.connect("memory://x", **unknown)
 
 
 def test_config_env_vars() -> None:
@@ -796,7 +797,8 @@ def test_bad_record_fails_its_send_not_its_batch(transactional: bool) -> None:
             p.send("kafka", partition=0, **kwargs)
     with pytest.raises(SchemaMismatchError, match="'id'"):
         p.send("typed", {"id": "not a number"})
-    p.send("kafka", b"after", key="k", headers={"h": "x"}, timestamp_ms=1.7e12, partition=0)
+    p.send("kafka", b"after", key="k", headers={"h": "x"}, timestamp_ms=1_700_000_000_000,
+           partition=0)
     p.send("typed", {"id": 2})
     if transactional:
         p.commit_transaction()

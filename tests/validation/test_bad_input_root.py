@@ -364,7 +364,8 @@ def test_create_topic_on_a_lying_server_is_refused(seaweed: Any) -> None:
     from txlog.testing.s3_faults import ScriptedCreateObstore
 
     lg = txlog.connect(seaweed.fresh_url("lying-log"), seaweed.storage_options)
-    lg.store._ob = ScriptedCreateObstore(lg.store.fast(), ["ignore", "ignore"])
+    store: Any = lg.store  # its S3 client is swapped for a scripted one
+    store._ob = ScriptedCreateObstore(store.fast(), ["ignore", "ignore"])
     with pytest.raises(AtomicCreateUnsupportedError):
         lg.create_topic("t")
     assert lg.list_topics() == []

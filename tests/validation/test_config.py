@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -60,8 +61,9 @@ def test_unknown_keys_are_errors_everywhere(tmp_path: Path) -> None:
         load_config(env={"TXLOG_LINGER": "1"})
     with pytest.raises(ConfigError, match="lingr"):
         load_config({"lingr.ms": 1}, env={})
+    unknown: dict[str, Any] = {"no.such.key": 1}
     with pytest.raises(ConfigError):
-        txlog.connect("memory://cfg/unknown", **{"no.such.key": 1})
+        txlog.connect("memory://cfg/unknown", **unknown)
 
 
 def test_bad_values_and_files(tmp_path: Path) -> None:
