@@ -6,6 +6,8 @@ batch at least).  A checkpoint (Arrow IPC) declaring a bomb is refused the same 
 
 from __future__ import annotations
 
+import dataclasses
+import re
 import uuid
 from typing import Any
 
@@ -14,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import txlog
+from txlog import checksums
 from txlog.checkpoint import decode_checkpoint
 from txlog.errors import ConfigError, CorruptObjectError, RecordTooLargeError
 from txlog.model import decode_entry
@@ -134,7 +137,15 @@ def test_a_consumer_refuses_a_bomb_in_the_log() -> None:
     table = kafka_table([(None, b"\0" * 10_000, None, None)] * 2_000)
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink, compression="zstd", use_dictionary=False)
-    store.put(data, bytes(sink.getvalue().to_pybytes()))
+    bomb = bytes(sink.getvalue().to_pybytes())
+    # ...under a name that carries the bomb's own checksum, and an entry naming it: the
+    # size check, not the checksum, is what stops it.
+    bomb_key = re.sub(r"\.crc32-[0-9a-f]{8}\.parquet$", checksums.tag(bomb) + ".parquet", data)
+    assert bomb_key != data
+    store.put(bomb_key, bomb)
+    entry = decode_entry(store.get(entry_key), entry_key)
+    store.put(entry_key, dataclasses.replace(entry, data=bomb_key).encode())
+    data = bomb_key
     conf: dict[str, Any] = {"fetch.max.bytes": 1_000_000}
     c = txlog.connect(log.url, **conf).consumer()
     c.assign([TP])

@@ -82,9 +82,10 @@ def test_connect_retries_are_bounded_by_the_setup_timeout() -> None:
         **fast_fail)
     with pytest.raises(StorageError, match=r"cannot connect .*socket\.connection\.setup"):
         log.create_topic("t")
-    # One conditional create and at most one read-back, instead of ten of each.
+    # At most one conditional create and one read (the atomic-create probe's or the
+    # create's read-back), instead of ten of each.
     requests = log.store.counter.snapshot()["requests"]
-    assert requests.get("put_if_absent") == 1 and requests.get("get", 0) <= 1, requests
+    assert requests.get("put_if_absent", 0) <= 1 and requests.get("get", 0) <= 1, requests
     assert isinstance(log.store, RemoteStore) and log.store.connect_timeout_s == 0.001
     import pickle
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 import txlog
-from txlog import TopicPartition
+from txlog import TopicPartition, root_settings
 from txlog.coordinator import Coordinator
 from txlog.errors import (
     ConfigError,
@@ -83,13 +83,15 @@ def test_stored_timeout_above_the_limit_expires_at_the_limit(tmp_path: Any) -> N
     root with a higher limit, or by txlog before the limit) no longer holds the LSO for
     its own timeout: maintain aborts it once the limit has passed."""
     url = str(tmp_path / "root")
-    roomy = txlog.connect(url, transaction_max_timeout_ms=10**12)
+    roomy = txlog.connect(url, transaction_max_timeout_ms=2**31 - 1)
     roomy.create_topic("a", partitions=1)
-    p = roomy.producer(transactional_id="huge", transaction_timeout_ms=10**12)
+    p = roomy.producer(transactional_id="huge", transaction_timeout_ms=2**31 - 1)
     p.init_transactions()
     p.begin_transaction()
     p.send("a", b"held", partition=0)
     p.flush()
+    # A root made before its settings were stored: each client goes by its own limit.
+    roomy.store.delete(root_settings.KEY)
     strict = txlog.connect(url, transaction_max_timeout_ms=200)
     until(lambda: "huge" in maintain(strict, compact=False).swept_transactions,
           "maintain to abort the transaction")
