@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from txlog.storage import ObjectStore, open_store
-from txlog.testing import servers as storage_servers
+from txlog.testing import servers
 
 # --- storage servers --------------------------------------------------------------
 
@@ -60,7 +60,7 @@ def _backend_params(backends: list[str]) -> list[Any]:
 
 
 @pytest.fixture(scope="session")
-def seaweed() -> Iterator[storage_servers.SeaweedServer]:
+def seaweed() -> Iterator[servers.SeaweedServer]:
     """A SeaweedFS S3 server for the whole session.
 
     ``.url`` is ``s3://txlog-test``, ``.storage_options`` the fsspec/s3fs options,
@@ -68,8 +68,8 @@ def seaweed() -> Iterator[storage_servers.SeaweedServer]:
     """
     require_backend("s3")
     try:
-        server = storage_servers.start_seaweed()
-    except storage_servers.ServerUnavailable as exc:
+        server = servers.start_seaweed()
+    except servers.ServerUnavailable as exc:
         pytest.skip(f"SeaweedFS unavailable: {exc}")
     try:
         yield server
@@ -78,13 +78,13 @@ def seaweed() -> Iterator[storage_servers.SeaweedServer]:
 
 
 @pytest.fixture(scope="session")
-def fake_gcs() -> Iterator[storage_servers.FakeGcsServer]:
+def fake_gcs() -> Iterator[servers.FakeGcsServer]:
     """fake-gcs-server for the session (skips when it or gcsfs is not installed)."""
     require_backend("gcs")
-    reason = storage_servers.gcs_unavailable_reason()
+    reason = servers.gcs_unavailable_reason()
     if reason:
         pytest.skip(f"GCS backend unavailable: {reason}")
-    server = storage_servers.start_fake_gcs()
+    server = servers.start_fake_gcs()
     try:
         yield server
     finally:
@@ -92,13 +92,13 @@ def fake_gcs() -> Iterator[storage_servers.FakeGcsServer]:
 
 
 @pytest.fixture(scope="session")
-def azurite() -> Iterator[storage_servers.AzuriteServer]:
+def azurite() -> Iterator[servers.AzuriteServer]:
     """An Azurite blob server for the session (skips when Azurite or adlfs is missing)."""
     require_backend("azure")
-    reason = storage_servers.azure_unavailable_reason()
+    reason = servers.azure_unavailable_reason()
     if reason:
         pytest.skip(f"Azure backend unavailable: {reason}")
-    server = storage_servers.start_azurite()
+    server = servers.start_azurite()
     try:
         yield server
     finally:
