@@ -18,6 +18,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from txlog.declared_size import check_declared_size, ipc_declared_size
 from txlog.errors import CorruptObjectError, RecordTooLargeError, UnsupportedFormatError
 from txlog.partition_state import (
     OPEN,
@@ -27,7 +28,6 @@ from txlog.partition_state import (
     PartitionState,
     ProducerState,
 )
-from txlog.records import check_declared_size, ipc_declared_size
 
 CHECKPOINT_VERSION = 2
 #: The first version that ends with the checksum trailer.
