@@ -392,8 +392,10 @@ class StoreContract:
                 else:
                     pytest.fail(f"writer process {msg[1]} failed: {msg[2]}")
         finally:
+            # A writer that reported "done" still has to close its client; on a loaded
+            # machine that can take long, so it gets the barrier's allowance before a kill.
             for p in procs:
-                p.join(timeout=30)
+                p.join(timeout=BARRIER_TIMEOUT)
                 if p.is_alive():
                     p.kill()
         elapsed = time.monotonic() - start
