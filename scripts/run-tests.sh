@@ -3,7 +3,7 @@
 # lint, type checks and pytest.  Extra arguments go to pytest.
 #   scripts/run-tests.sh          the full suite (what CI runs)
 #   scripts/run-tests.sh --fast   the fast lane (docs/testing.md): no slow, Spark or server
-#                                 tests, stores in memory and on local disk only
+#                                 tests, stores in memory and on local disk only, fewer races
 set -euo pipefail
 cd "$(dirname "$0")/.."
 FAST=()
@@ -11,6 +11,7 @@ if [[ "${1:-}" == "--fast" ]]; then
     shift
     FAST=(-m "not slow and not spark and not s3 and not gcs")
     export TXLOG_TEST_BACKENDS="${TXLOG_TEST_BACKENDS:-memory,local}"
+    export TXLOG_RACE_SCALE="${TXLOG_RACE_SCALE:-0.2}"  # a fifth of the contract's racing trials
 fi
 scripts/bootstrap.sh
 export PYSPARK_PYTHON="$PWD/.venv/bin/python"
