@@ -11,7 +11,7 @@ if [[ "${1:-}" == "--fast" ]]; then
     shift
     FAST=(-m "not slow and not spark and not s3 and not gcs")
     export TXLOG_TEST_BACKENDS="${TXLOG_TEST_BACKENDS:-memory,local}"
-    export TXLOG_RACE_SCALE="${TXLOG_RACE_SCALE:-0.2}"  # a fifth of the contract's racing trials
+    export TXLOG_TEST_RACE_SCALE="${TXLOG_TEST_RACE_SCALE:-0.2}"  # a fifth of the contract's racing trials
 fi
 scripts/bootstrap.sh
 export PYSPARK_PYTHON="$PWD/.venv/bin/python"

@@ -15,7 +15,7 @@ The suite checks the one atomic primitive (``put_if_absent`` has exactly one win
 also between racing threads and spawned processes, and the stored bytes are the winner's),
 reads, ranged reads, deletes, listing order with ``start_after``, key validation, pickling
 and request counting.  Seeds are fixed and printed; writers meet at a barrier before every
-trial, so no sleep synchronises anything.  ``TXLOG_RACE_SCALE=10`` multiplies the racing
+trial, so no sleep synchronises anything.  ``TXLOG_TEST_RACE_SCALE=10`` multiplies the racing
 trials for a soak run.
 """
 
@@ -44,7 +44,7 @@ BARRIER_TIMEOUT = 120.0
 
 
 def _scaled(trials: int) -> int:
-    return max(1, round(trials * float(os.environ.get("TXLOG_RACE_SCALE", "1"))))
+    return max(1, round(trials * float(os.environ.get("TXLOG_TEST_RACE_SCALE", "1"))))
 
 
 def _slot_key(trial: int) -> str:
