@@ -289,7 +289,7 @@ class Coordinator:
             crashpoint("after_marker")
 
         tps = [TopicPartition(topic, p) for topic, p in prep.partitions]
-        if len(tps) > 1 and self.log.store.backend not in ("local", "memory"):
+        if len(tps) > 1 and not self.log.store.local_requests:
             # Markers are independent of each other: on a remote store write them in
             # parallel (a 64-partition commit on S3 waited for 64 sequential round trips).
             fan_out(mark, tps)

@@ -73,7 +73,7 @@ class Appender(ProducerCore):
             self._held.add(tp)
             crashpoint("after_begin")
 
-        if len(tps) > 1 and self.log.store.backend not in ("local", "memory"):
+        if len(tps) > 1 and not self.log.store.local_requests:
             fanout.fan_out(one, tps)
         else:
             for tp in tps:
