@@ -155,3 +155,29 @@ def test_stores_declare_their_capabilities() -> None:
     assert (memory.local_requests, memory.local_files) == (True, False)
     wrapped = FaultyStore(MemoryStore("memory://caps", "caps"), seed=1)
     assert (wrapped.local_requests, wrapped.local_files) == (True, False)
+
+
+def test_object_keys_are_spelled_only_in_layout() -> None:
+    """Every key prefix of a root (topics, metadata, the state log, producer-id blocks,
+    the clock probe) is spelled in txlog/layout.py and nowhere else in txlog."""
+    pattern = re.compile(r"[\"'](_txn/|_meta/|topics/)")
+    offenders = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(ROOT)
+        if rel == Path("txlog/layout.py"):
+            continue
+        for i, line in enumerate(path.read_text().splitlines(), 1):
+            if pattern.search(line):
+                offenders.append(f"{rel}:{i}: {line.strip()}")
+    assert not offenders, "\n".join(offenders)
+
+
+def test_state_log_keys_keep_their_format() -> None:
+    from txlog import layout
+    from txlog.state_log import StateLogPartition
+    from txlog.storage.memory import MemoryStore
+
+    part = StateLogPartition(MemoryStore("memory://keys", "keys"), 7)
+    assert part.entry_key(12_345) == "_txn/state/007/log/000001/000000012345.json"
+    assert layout.state_log_checkpoint_key(7, 200) == \
+        "_txn/state/007/checkpoints/000000000200.json"

@@ -92,12 +92,12 @@ def checked_row(key: Any, value: Any, headers: Any, timestamp_ms: Any) -> Checke
 
 
 def _header_key(k: Any) -> str:
-    k = str(k)
+    key = str(k)
     try:
-        k.encode()
+        key.encode()
     except UnicodeEncodeError:
-        raise SchemaMismatchError(f"header key {k!r} is not valid UTF-8") from None
-    return k
+        raise SchemaMismatchError(f"header key {key!r} is not valid UTF-8") from None
+    return key
 
 
 _MIN_MS, _MAX_MS = -(1 << 63), (1 << 63) - 1
@@ -410,7 +410,7 @@ def ipc_declared_size(raw: bytes) -> int:
         off = struct.unpack_from("<H", b, vtable + 4 + 2 * i)[0]
         if not off:
             raise ValueError(f"flatbuffer field {i} absent")
-        return table + off
+        return table + int(off)
 
     def ref(b: bytes, pos: int) -> int:
         return pos + int(struct.unpack_from("<I", b, pos)[0])
