@@ -113,6 +113,7 @@ def test_skewed_client_never_aborts_a_live_transaction_early(
     assert rec is not None and rec.state == COMPLETE_COMMIT and rec.abort_reason == ""
 
 
+@pytest.mark.slow  # SIGKILLs the writer
 def test_abandoned_transaction_is_aborted_within_timeout_plus_bound(
         root: tuple[str, dict[str, Any]]) -> None:
     """The writer's clock runs two minutes ahead (its start time lies in the future) and

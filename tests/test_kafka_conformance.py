@@ -59,14 +59,20 @@ def until(cond: Any, what: str, limit_s: float = 30.0) -> None:
 # -- 1. transaction.timeout.ms is validated against transaction.max.timeout.ms -----------
 
 
-@pytest.mark.parametrize("timeout_ms", [0, -1, 10**12, 900_001])
-def test_transaction_timeout_outside_the_limits_is_refused(log: txlog.Log,
-                                                           timeout_ms: int) -> None:
-    p = log.producer(transactional_id="t", transaction_timeout_ms=timeout_ms)
+@pytest.mark.parametrize("timeout_ms", [0, -1, 10**12])
+def test_transaction_timeout_out_of_range_is_refused(log: txlog.Log, timeout_ms: int) -> None:
+    with pytest.raises(ConfigError, match=r"transaction\.timeout\.ms"):
+        log.producer(transactional_id="t", transaction_timeout_ms=timeout_ms)
+    assert log.coordinator.record("t") is None  # nothing was written
+
+
+def test_transaction_timeout_above_the_max_is_refused_at_init(log: txlog.Log) -> None:
+    p = log.producer(transactional_id="t", transaction_timeout_ms=900_001)
     with pytest.raises(InvalidTransactionTimeoutError, match=r"transaction\.max\.timeout\.ms"):
         p.init_transactions()
     assert isinstance(InvalidTransactionTimeoutError("x"), ConfigError)
     assert log.coordinator.record("t") is None  # nothing was written
+    assert p.state.value == "UNINITIALIZED"
 
 
 def test_transaction_max_timeout_is_a_setting(tmp_path: Any) -> None:
@@ -78,25 +84,30 @@ def test_transaction_max_timeout_is_a_setting(tmp_path: Any) -> None:
     p.close()
 
 
-def test_stored_timeout_above_the_limit_expires_at_the_limit(tmp_path: Any) -> None:
-    """A transaction stored with a timeout above transaction.max.timeout.ms (allowed by a
-    root with a higher limit, or by txlog before the limit) no longer holds the LSO for
-    its own timeout: maintain aborts it once the limit has passed."""
-    url = str(tmp_path / "root")
-    roomy = txlog.connect(url, transaction_max_timeout_ms=10**12)
-    roomy.create_topic("a", partitions=1)
-    p = roomy.producer(transactional_id="huge", transaction_timeout_ms=10**12)
+def test_stored_timeout_above_the_limit_expires_at_the_limit(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A transaction stored with a timeout above the root's transaction.max.timeout.ms (as
+    txlog before the limit wrote one) does not hold the LSO for its own timeout: maintain
+    aborts it once the limit has passed."""
+    import txlog.coordinator as coordinator
+
+    lg = txlog.connect(str(tmp_path / "root"), transaction_max_timeout_ms=200)
+    lg.create_topic("a", partitions=1)
+    monkeypatch.setattr(coordinator, "check_timeout", lambda *a: None)  # (the old txlog)
+    p = lg.producer(transactional_id="huge", transaction_timeout_ms=2_000_000_000)
     p.init_transactions()
+    monkeypatch.undo()
     p.begin_transaction()
     p.send("a", b"held", partition=0)
     p.flush()
-    strict = txlog.connect(url, transaction_max_timeout_ms=200)
-    until(lambda: "huge" in maintain(strict, compact=False).swept_transactions,
+    other = txlog.connect(lg.url)
+    until(lambda: "huge" in maintain(other, compact=False).swept_transactions,
           "maintain to abort the transaction")
-    rec = strict.coordinator.record("huge")
-    assert rec is not None and rec.state == COMPLETE_ABORT and rec.abort_reason == "timeout"
-    c = strict.consumer()
-    assert c.last_stable_offset(TP0) == strict.partition_log(TP0).refresh().high_watermark
+    rec = other.coordinator.record("huge")
+    assert rec is not None and rec.timeout_ms == 2_000_000_000
+    assert rec.state == COMPLETE_ABORT and rec.abort_reason == "timeout"
+    c = other.consumer()
+    assert c.last_stable_offset(TP0) == other.partition_log(TP0).refresh().high_watermark
     p.close(timeout=0)
 
 

@@ -79,9 +79,10 @@ def test_connect_retries_are_bounded_by_the_setup_timeout() -> None:
         **{"socket.connection.setup.timeout.ms": 1})
     with pytest.raises(StorageError, match=r"cannot connect .*socket\.connection\.setup"):
         log.create_topic("t")
-    # One conditional create and at most one read-back, instead of ten of each.
+    # At most one conditional create and one read (the atomic-create probe's or the
+    # create's read-back), instead of ten of each.
     requests = log.store.counter.snapshot()["requests"]
-    assert requests.get("put_if_absent") == 1 and requests.get("get", 0) <= 1, requests
+    assert requests.get("put_if_absent", 0) <= 1 and requests.get("get", 0) <= 1, requests
     assert log.store.connect_timeout_s == 0.001
     import pickle
 

@@ -6,6 +6,8 @@ batch at least).  A checkpoint (Arrow IPC) declaring a bomb is refused the same 
 
 from __future__ import annotations
 
+import dataclasses
+import re
 import uuid
 from typing import Any
 
@@ -14,11 +16,13 @@ import pyarrow.parquet as pq
 import pytest
 
 import txlog
+from txlog import checksums
 from txlog.checkpoint import decode_checkpoint
+from txlog.declared_size import ipc_declared_size, parquet_declared_size
 from txlog.errors import ConfigError, CorruptObjectError, RecordTooLargeError
 from txlog.model import decode_entry
 from txlog.partition_log import decode_parquet
-from txlog.records import TopicPartition, ipc_declared_size, kafka_table, largest_record
+from txlog.records import TopicPartition, kafka_table, largest_record
 
 TP = TopicPartition("t", 0)
 
@@ -134,7 +138,15 @@ def test_a_consumer_refuses_a_bomb_in_the_log() -> None:
     table = kafka_table([(None, b"\0" * 10_000, None, None)] * 2_000)
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink, compression="zstd", use_dictionary=False)
-    store.put(data, bytes(sink.getvalue().to_pybytes()))
+    bomb = bytes(sink.getvalue().to_pybytes())
+    # ...under a name that carries the bomb's own checksum, and an entry naming it: the
+    # size check, not the checksum, is what stops it.
+    bomb_key = re.sub(r"\.crc32-[0-9a-f]{8}\.parquet$", checksums.tag(bomb) + ".parquet", data)
+    assert bomb_key != data
+    store.put(bomb_key, bomb)
+    entry = decode_entry(store.get(entry_key), entry_key)
+    store.put(entry_key, dataclasses.replace(entry, data=bomb_key).encode())
+    data = bomb_key
     c = txlog.connect(log.url, **{"fetch.max.bytes": 1_000_000}).consumer()
     c.assign([TP])
     c.seek_to_beginning()
@@ -203,3 +215,55 @@ def test_a_checkpoint_bomb_is_refused_before_decoding() -> None:
     small[at:at + 8] = (1 << 40).to_bytes(8, "little")
     with pytest.raises(CorruptObjectError, match="declares"):
         decode_checkpoint(bytes(small), "c.arrow")
+
+
+class _LyingFooter:
+    """A file's footer as a hand-made file could write it: row groups declaring 0 bytes."""
+
+    def __init__(self, meta: Any) -> None:
+        self._meta = meta
+        self.num_row_groups = meta.num_row_groups
+
+    def row_group(self, i: int) -> Any:
+        rg = self._meta.row_group(i)
+
+        class RowGroup:
+            total_byte_size = 0
+            num_columns = rg.num_columns
+            column = rg.column
+
+        return RowGroup()
+
+
+def test_page_headers_count_when_the_footer_lies() -> None:
+    raw = _bomb(2_000)
+    meta = pq.ParquetFile(pa.BufferReader(raw)).metadata
+    assert parquet_declared_size(raw, meta) >= 20_000_000
+    assert parquet_declared_size(raw, _LyingFooter(meta)) >= 20_000_000
+
+
+@pytest.mark.parametrize("options", [
+    {"compression": "snappy"}, {"compression": "zstd", "write_statistics": True},
+    {"compression": "gzip", "data_page_version": "2.0", "row_group_size": 700},
+    {"compression": "none", "use_dictionary": True, "data_page_size": 2048},
+    {"compression": "lz4", "write_page_index": True, "write_statistics": True},
+])
+def test_declared_sizes_of_files_from_other_writer_settings(options: dict[str, Any]) -> None:
+    n = 3_000
+    table = pa.table({
+        "key": pa.array([f"k{i % 17}".encode() for i in range(n)]),
+        "value": pa.array([bytes([i % 251]) * (i % 300) for i in range(n)]),
+        "headers": pa.array([[{"key": "h", "value": b"x" * (i % 5)}] if i % 3 else None
+                             for i in range(n)],
+                            pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
+        "n": pa.array(range(n), pa.int64()),
+        "m": pa.array([{"a": i, "b": None} for i in range(n)]),
+    })
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, **options)
+    raw = bytes(sink.getvalue().to_pybytes())
+    meta = pq.ParquetFile(pa.BufferReader(raw)).metadata
+    footer = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+    pages = parquet_declared_size(raw, _LyingFooter(meta))
+    assert 0 < pages <= footer == parquet_declared_size(raw, meta)
+    assert decode_parquet(raw, "x").num_rows == n

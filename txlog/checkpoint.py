@@ -18,6 +18,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from txlog.declared_size import check_declared_size, ipc_declared_size
 from txlog.errors import CorruptObjectError, RecordTooLargeError, UnsupportedFormatError
 from txlog.partition_state import (
     OPEN,
@@ -27,7 +28,6 @@ from txlog.partition_state import (
     PartitionState,
     ProducerState,
 )
-from txlog.records import check_declared_size, ipc_declared_size
 
 CHECKPOINT_VERSION = 2
 #: The first version that ends with the checksum trailer.
@@ -126,6 +126,9 @@ def decode_checkpoint(raw: bytes, where: str) -> PartitionState:
     try:
         if table.schema.remove_metadata() != _SCHEMA:
             raise ValueError("unexpected columns")
+        head = [meta[k] for k in ("next_slot", "high_watermark", "log_start_offset")]
+        if any(type(v) is not int or v < 0 for v in head) or head[2] > head[1]:
+            raise ValueError(f"slot and offsets {head} are not offsets of one log")
         st = PartitionState(
             next_slot=int(meta["next_slot"]),
             high_watermark=int(meta["high_watermark"]),

@@ -71,6 +71,8 @@ _INT32 = (1 << 31) - 1
 _INT64 = (1 << 63) - 1
 #: key -> (least, greatest) allowed value of an int key (Kafka's ranges where it has one).
 RANGES: dict[str, tuple[int, int]] = {
+    # (and at init_transactions against the root's transaction.max.timeout.ms, as Kafka's
+    # coordinator does: InvalidTransactionTimeoutError)
     "transaction.timeout.ms": (1, _INT32),
     "transaction.max.timeout.ms": (1, _INT32),
     "transactional.id.expiration.ms": (1, _INT32),

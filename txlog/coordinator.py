@@ -54,8 +54,9 @@ log = logging.getLogger(__name__)
 
 
 def max_transaction_timeout_ms(txlog: Log) -> int:
-    """transaction.max.timeout.ms for the root (the one place it is read)."""
-    return int(txlog.config["transaction.max.timeout.ms"])
+    """transaction.max.timeout.ms for the root (the one place it is read): the value
+    stored in the root, which every client of it shares (txlog.root_settings)."""
+    return int(txlog.root_settings()["transaction.max.timeout.ms"])
 
 
 class Coordinator:

@@ -18,6 +18,11 @@ import pyarrow.parquet as pq
 
 from txlog import checksums, completions, layout
 from txlog.checkpoint import decode_checkpoint, encode_checkpoint
+from txlog.declared_size import (
+    DEFAULT_FETCH_MAX_BYTES,
+    check_declared_size,
+    parquet_declared_size,
+)
 from txlog.errors import CorruptObjectError, ObjectNotFoundError, ProducerFencedError
 from txlog.fanout import fan_out
 from txlog.model import (
@@ -31,12 +36,7 @@ from txlog.model import (
     named_objects,
 )
 from txlog.partition_state import PartitionState, ReadSpan
-from txlog.records import (
-    DEFAULT_FETCH_MAX_BYTES,
-    check_declared_size,
-    has_kafka_fields,
-    now_ms,
-)
+from txlog.records import has_kafka_fields, now_ms
 from txlog.storage.base import ObjectStore
 from txlog.unique import unique
 
@@ -375,14 +375,13 @@ def decode_parquet(raw: bytes, where: str, columns: Sequence[str] | None = None,
     # the time to decode a batch object.
     try:
         pf = pq.ParquetFile(pa.BufferReader(raw))
-        meta = pf.metadata
-        declared = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+        declared = parquet_declared_size(raw, pf.metadata)
     except Exception as exc:  # pyarrow raises several types for damaged input
         raise CorruptObjectError(
             f"batch object {where} cannot be read as Parquet ({type(exc).__name__}: {exc}); "
             "it is truncated or corrupt"
         ) from None
-    # Before decoding: the footer's sizes say what decompression would allocate.
+    # Before decoding: the footer's and pages' sizes say what decompression would allocate.
     check_declared_size(declared, len(raw), where, fetch_max_bytes=fetch_max_bytes)
     try:
         return pf.read(columns=list(columns) if columns else None)

@@ -12,6 +12,7 @@ is, whatever the clients' clocks say.
 from __future__ import annotations
 
 import datetime
+import logging
 import threading
 import time
 from typing import TYPE_CHECKING, Any
@@ -22,6 +23,8 @@ from txlog.model import new_token
 
 if TYPE_CHECKING:
     from txlog.storage.base import ObjectStore
+
+log = logging.getLogger(__name__)
 
 #: Re-measure the store's time after this long (monotonic clocks drift by parts per
 #: million, so this only bounds how long a stale measurement is used).
@@ -122,7 +125,13 @@ class StoreClock:
                     self._stamps.clear()
                 self._stamps[key] = written
         if probe is None or self._mono() - probe[1] > REFRESH_S:
-            probe = self._measure()
+            try:
+                probe = self._measure()
+            except (StorageError, OSError) as exc:
+                # (read-only access, or the store refuses writes for now): the caller
+                # falls back to watching, which is as safe, only slower to abort.
+                log.debug("cannot measure the store's time on %s: %s", self.store, exc)
+                return None
             if probe is None:
                 return None
             with self._lock:

@@ -436,6 +436,8 @@ class RemoteStore(ObjectStore):
             raise ObjectNotFoundError(f"object {self._where(key)} not found") from None
         except Exception as exc:
             self.counter.add("get")
+            # (the client retried already: an unreachable server is said as such)
+            self._check_reachable(exc, deadline=0.0)
             raise self._fail("get", key, exc) from exc
         self.counter.add("get", len(data))
         return data

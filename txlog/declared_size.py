@@ -1,0 +1,195 @@
+"""What a stored object declares it decodes into, read before decoding it.
+
+Parquet batch objects and Arrow IPC checkpoints are compressed; their headers say how many
+bytes decompression will allocate.  A reader compares that with the object's stored size
+and refuses a decompression bomb (kilobytes that declare gigabytes) before a byte of it is
+decompressed.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import pyarrow as pa
+
+from txlog.errors import RecordTooLargeError
+
+#: A batch object may declare this many times its stored size in decoded bytes before
+#: its declared size counts against fetch.max.bytes: txlog's own objects (snappy) stay
+#: far below it, while a decompression bomb (kilobytes that decode into gigabytes) does not.
+MAX_DECODED_RATIO = 64
+DEFAULT_FETCH_MAX_BYTES = 52_428_800
+
+
+def check_declared_size(declared: int, stored: int, where: str, *,
+                        fetch_max_bytes: int = DEFAULT_FETCH_MAX_BYTES,
+                        what: str = "batch object") -> None:
+    """Refuse to decode an object whose header declares more decoded bytes than both
+    ``fetch_max_bytes`` and MAX_DECODED_RATIO times its stored size."""
+    if declared > max(fetch_max_bytes, MAX_DECODED_RATIO * stored):
+        raise RecordTooLargeError(
+            f"{what} {where} declares {declared} bytes decoded from {stored} stored, "
+            f"more than fetch.max.bytes ({fetch_max_bytes}) and {MAX_DECODED_RATIO} times "
+            "its size; txlog does not decode it (raise fetch.max.bytes if it is genuine)")
+
+
+def ipc_declared_size(raw: bytes) -> int:
+    """The bytes an Arrow IPC stream's record batches declare they decode into, read from
+    the messages' metadata and the compressed buffers' length prefixes without decoding
+    (or decompressing) anything.  Raises on a stream that cannot be parsed."""
+
+    def field(b: bytes, table: int, i: int) -> int:
+        """The position of field ``i`` of the flatbuffer table at ``table``."""
+        vtable = table - struct.unpack_from("<i", b, table)[0]
+        if 4 + 2 * i + 2 > struct.unpack_from("<H", b, vtable)[0]:
+            raise ValueError(f"flatbuffer field {i} absent")
+        off = struct.unpack_from("<H", b, vtable + 4 + 2 * i)[0]
+        if not off:
+            raise ValueError(f"flatbuffer field {i} absent")
+        return table + int(off)
+
+    def ref(b: bytes, pos: int) -> int:
+        return pos + int(struct.unpack_from("<I", b, pos)[0])
+
+    total = 0
+    reader = pa.ipc.MessageReader.open_stream(pa.py_buffer(raw))
+    while True:
+        try:
+            msg = reader.read_next_message()
+        except StopIteration:
+            break
+        if msg.type not in ("record batch", "dictionary"):
+            continue
+        meta = msg.metadata.to_pybytes()
+        body = msg.body.to_pybytes() if msg.body is not None else b""
+        batch = ref(meta, field(meta, ref(meta, 0), 2))  # Message.header
+        if msg.type == "dictionary":
+            batch = ref(meta, field(meta, batch, 1))  # DictionaryBatch.data
+        try:
+            field(meta, batch, 3)  # RecordBatch.compression
+            compressed = True
+        except ValueError:
+            compressed = False
+        buffers = ref(meta, field(meta, batch, 2))  # RecordBatch.buffers
+        for k in range(struct.unpack_from("<I", meta, buffers)[0]):
+            offset, length = struct.unpack_from("<qq", meta, buffers + 4 + 16 * k)
+            if compressed and length >= 8:
+                # A compressed buffer starts with its decoded length (-1: stored as is).
+                decoded = struct.unpack_from("<q", body, offset)[0]
+                total += length - 8 if decoded == -1 else decoded
+            else:
+                total += length
+    return total
+
+
+def parquet_declared_size(raw: bytes, meta: Any) -> int:
+    """The bytes a Parquet file's pages declare they decode into: the larger of what its
+    footer says and the sum of its page headers' uncompressed sizes (each page is
+    decompressed into a buffer of its header's size, whatever the footer says)."""
+    footer: int = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+    pages = 0
+    for i in range(meta.num_row_groups):
+        rg = meta.row_group(i)
+        for j in range(rg.num_columns):
+            c = rg.column(j)
+            start = c.data_page_offset
+            if c.dictionary_page_offset and 0 < c.dictionary_page_offset < start:
+                start = c.dictionary_page_offset
+            end = start + c.total_compressed_size
+            pos = start
+            while pos < end:
+                sizes, pos = _thrift_struct(raw, pos, 0, want=(2, 3))
+                uncompressed, compressed = sizes[2], sizes[3]
+                if uncompressed < 0 or compressed < 0:
+                    raise ValueError("a page header with a negative size")
+                pages += uncompressed
+                pos += compressed
+    return max(footer, pages)
+
+
+# Thrift's compact protocol, as far as reading a PageHeader needs: every field is skipped
+# except the i32 fields asked for.
+_MAX_DEPTH = 32
+
+
+def _varint(b: bytes, pos: int) -> tuple[int, int]:
+    shift = result = 0
+    while True:
+        byte = b[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, pos
+        shift += 7
+        if shift > 63:
+            raise ValueError("a varint longer than 64 bits")
+
+
+def _thrift_struct(b: bytes, pos: int, depth: int, want: tuple[int, ...] = (),
+                   ) -> tuple[dict[int, int], int]:
+    field_id = 0
+    found: dict[int, int] = {}
+    while True:
+        head = b[pos]
+        pos += 1
+        kind = head & 0x0F
+        if kind == 0:  # STOP
+            if any(f not in found for f in want):
+                raise ValueError(f"a page header without fields {want}")
+            return found, pos
+        if head >> 4:
+            field_id += head >> 4
+        else:
+            raw_id, pos = _varint(b, pos)
+            field_id = (raw_id >> 1) ^ -(raw_id & 1)
+        if field_id in want and kind == 5:  # an i32, zigzag-encoded
+            v, pos = _varint(b, pos)
+            found[field_id] = (v >> 1) ^ -(v & 1)
+        else:
+            pos = _thrift_skip(b, pos, kind, depth)
+
+
+def _thrift_skip(b: bytes, pos: int, kind: int, depth: int) -> int:
+    # Past the end is an error here, so that no loop of fixed-width elements (which read
+    # nothing) runs on for a count the file made up.
+    if pos > len(b):
+        raise ValueError("a page header runs past the end of the object")
+    if depth > _MAX_DEPTH:
+        raise ValueError("thrift structures nested too deeply")
+    if kind in (1, 2):  # booleans carry their value in the type
+        return pos
+    if kind == 3:  # byte
+        return pos + 1
+    if kind in (4, 5, 6):  # i16, i32, i64
+        return _varint(b, pos)[1]
+    if kind == 7:  # double
+        return pos + 8
+    if kind == 8:  # binary
+        n, pos = _varint(b, pos)
+        return pos + n
+    if kind in (9, 10):  # list, set
+        head = b[pos]
+        pos += 1
+        n, elem = head >> 4, head & 0x0F
+        if n == 15:
+            n, pos = _varint(b, pos)
+        if elem in (1, 2):  # booleans in a list take a byte each
+            if pos + n > len(b):
+                raise ValueError("a page header runs past the end of the object")
+            return pos + n
+        for _ in range(n):
+            pos = _thrift_skip(b, pos, elem, depth + 1)
+        return pos
+    if kind == 11:  # map
+        n, pos = _varint(b, pos)
+        if n:
+            types = b[pos]
+            pos += 1
+            for _ in range(n):
+                pos = _thrift_skip(b, pos, types >> 4, depth + 1)
+                pos = _thrift_skip(b, pos, types & 0x0F, depth + 1)
+        return pos
+    if kind == 12:  # struct
+        return _thrift_struct(b, pos, depth + 1)[1]
+    raise ValueError(f"unknown thrift type {kind}")
