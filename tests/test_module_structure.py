@@ -181,3 +181,25 @@ def test_state_log_keys_keep_their_format() -> None:
     assert part.entry_key(12_345) == "_txn/state/007/log/000001/000000012345.json"
     assert layout.state_log_checkpoint_key(7, 200) == \
         "_txn/state/007/checkpoints/000000000200.json"
+
+
+def test_only_the_facade_imports_the_clients() -> None:
+    """The producer, consumer and admin clients are reached through Log (txlog/log.py);
+    the command line (txlog/cli.py) sits above it and calls admin's functions.  No other
+    txlog module imports them, in any form (also in functions or for annotations)."""
+    clients = ("txlog.producer", "txlog.consumer", "txlog.admin")
+    allowed = {"txlog.log", "txlog.cli"}
+    offenders = []
+    for name, path in _modules().items():
+        if name in allowed or name.startswith(clients):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                targets = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            for t in targets:
+                if t in clients or t.startswith(tuple(c + "." for c in clients)):
+                    offenders.append(f"{name}:{node.lineno} imports {t}")
+    assert not offenders, "\n".join(offenders)
