@@ -146,7 +146,7 @@ def run(spark: SparkSession, *, path: str, source_topic: str, sink_topic: str, g
     tid = transactional_id_for(group_id)
     lg = txlog.connect(path, dict(storage_options or {}))
     lg.topic(sink_topic)  # fail early, before reading anything
-    native = reader == "native" or (reader == "auto" and lg.store.backend == "local")
+    native = reader == "native" or (reader == "auto" and lg.store.local_files)
     result = RunResult(tid)
     while max_rounds is None or len(result.rounds) < max_rounds:
         # Fence any earlier run of this group and settle what it left open, so the

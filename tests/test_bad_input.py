@@ -828,7 +828,7 @@ def test_a_batch_that_cannot_be_sealed_fails_and_is_not_lost(
     """send() checks every record, so turning a batch into Arrow should not fail; if it
     does all the same, that batch fails (its futures, an open transaction), and no other
     batch is dropped unresolved."""
-    from txlog import producer as producer_mod
+    from txlog.producer import accumulator as producer_mod
 
     real = producer_mod.checked_kafka_batch
 

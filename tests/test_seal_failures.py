@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 import txlog
-from txlog import producer as producer_mod
 from txlog.errors import SchemaMismatchError
+from txlog.producer import accumulator as producer_mod
 from txlog.records import TopicPartition
 
 

@@ -17,12 +17,13 @@ import json
 from collections.abc import Collection, Mapping
 from typing import Any
 
+from txlog import layout
 from txlog.errors import ConfigError, CorruptObjectError, UnsupportedFormatError
 from txlog.model import new_token
 from txlog.records import now_ms
 from txlog.storage.base import ObjectStore
 
-KEY = "_meta/root.json"
+KEY = layout.ROOT_SETTINGS_KEY
 VERSION = 1
 #: The settings and the range each must lie in (as configuration checks them).
 SETTINGS: dict[str, tuple[int, int]] = {
@@ -32,7 +33,7 @@ SETTINGS: dict[str, tuple[int, int]] = {
 }
 #: Prefixes of which a root in use holds at least one object: topic metadata (the
 #: offsets topic's too) and producer-id blocks.
-_IN_USE = ("_meta/topics/", "_txn/")
+_IN_USE = (layout.TOPIC_META_PREFIX, layout.TXN_PREFIX)
 
 
 def encode(values: Mapping[str, int]) -> bytes:
