@@ -29,7 +29,8 @@ HERE = Path(__file__).resolve().parent
 # Benchmarks written with common.py: they take --store.
 OWN = ("append", "txn_overhead", "read", "small_txn", "scale")
 # Run order; any other script found under scripts/bench/ runs after these.
-ORDER = ("append", "txn_overhead", "small_txn", "read", "scale", "spark_scan", "spark_write")
+ORDER = ("append", "txn_overhead", "small_txn", "read", "scale", "spark_scan", "spark_write",
+         "delta_exactly_once")
 EXPECTED = ("spark_scan", "spark_write")  # written by others; noted when missing
 NOT_BENCHES = {"common", "run_all", "__init__"}
 
