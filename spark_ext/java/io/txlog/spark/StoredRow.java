@@ -1,13 +1,13 @@
 package io.txlog.spark;
 
 import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
 import org.apache.spark.sql.catalyst.util.ArrayData;
 import org.apache.spark.sql.catalyst.util.MapData;
 import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.Decimal;
 import org.apache.spark.unsafe.types.BinaryView;
 import org.apache.spark.unsafe.types.CalendarInterval;
-import org.apache.spark.unsafe.types.TimestampNanosVal;
 import org.apache.spark.unsafe.types.UTF8String;
 import org.apache.spark.unsafe.types.VariantVal;
 
@@ -15,14 +15,18 @@ import org.apache.spark.unsafe.types.VariantVal;
  * The stored columns of an input row, as the Parquet writer takes them: the first
  * {@code n} columns (a routing column follows), with string columns read as their UTF-8
  * bytes, so a string key is written as Kafka's binary key without a cast per row.
+ * It extends GenericInternalRow (whose own values are never used) rather than InternalRow
+ * so that it compiles against Spark 4.2 and 4.3 alike: 4.3 added abstract getters for
+ * nanosecond timestamps, which GenericInternalRow implements there and 4.2 lacks.
  */
-final class StoredRow extends InternalRow {
+final class StoredRow extends GenericInternalRow {
     private static final long serialVersionUID = 1L;
 
     private final boolean[] strings;
     private InternalRow row;
 
     StoredRow(boolean[] strings) {
+        super(new Object[0]);
         this.strings = strings;
     }
 
@@ -34,7 +38,12 @@ final class StoredRow extends InternalRow {
     @Override public int numFields() { return strings.length; }
     @Override public void setNullAt(int i) { throw new UnsupportedOperationException(); }
     @Override public void update(int i, Object value) { throw new UnsupportedOperationException(); }
-    @Override public InternalRow copy() { return new StoredRow(strings).of(row.copy()); }
+    @Override public StoredRow copy() { return new StoredRow(strings).of(row.copy()); }
+    // Reached only by getters that txlog's stored columns never use (they have typed ones).
+    @Override public Object genericGet(int i) { throw new UnsupportedOperationException(); }
+    @Override public String toString() { return "StoredRow(" + row + ")"; }
+    @Override public boolean equals(Object o) { return this == o; }
+    @Override public int hashCode() { return System.identityHashCode(this); }
     @Override public boolean isNullAt(int i) { return row.isNullAt(i); }
     @Override public boolean getBoolean(int i) { return row.getBoolean(i); }
     @Override public byte getByte(int i) { return row.getByte(i); }
@@ -50,12 +59,6 @@ final class StoredRow extends InternalRow {
     }
     @Override public BinaryView getBinaryView(int i) { return row.getBinaryView(i); }
     @Override public CalendarInterval getInterval(int i) { return row.getInterval(i); }
-    @Override public TimestampNanosVal getTimestampNTZNanos(int i) {
-        return row.getTimestampNTZNanos(i);
-    }
-    @Override public TimestampNanosVal getTimestampLTZNanos(int i) {
-        return row.getTimestampLTZNanos(i);
-    }
     @Override public VariantVal getVariant(int i) { return row.getVariant(i); }
     @Override public InternalRow getStruct(int i, int fields) { return row.getStruct(i, fields); }
     @Override public ArrayData getArray(int i) { return row.getArray(i); }
