@@ -30,3 +30,4 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ "$installed" != "$h
   touch "$stamp"
 fi
 scripts/fetch-jars.sh
+scripts/build-jar.sh

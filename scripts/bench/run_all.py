@@ -29,8 +29,9 @@ HERE = Path(__file__).resolve().parent
 # Benchmarks written with common.py: they take --store.
 OWN = ("append", "txn_overhead", "read", "small_txn", "scale")
 # Run order; any other script found under scripts/bench/ runs after these.
-ORDER = ("append", "txn_overhead", "small_txn", "read", "scale", "spark_scan", "spark_write")
-EXPECTED = ("spark_scan", "spark_write")  # written by others; noted when missing
+ORDER = ("append", "txn_overhead", "small_txn", "read", "scale", "spark_scan", "spark_write",
+         "spark_plan")
+EXPECTED = ("spark_scan", "spark_write", "spark_plan")  # written by others; noted when missing
 NOT_BENCHES = {"common", "run_all", "__init__"}
 
 # Issue 9's goals, for benchmarks whose JSON carries no "goals" list of its own: the
