@@ -32,3 +32,4 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ "$installed" != "$h
 fi
 scripts/bootstrap-latest.sh
 scripts/fetch-jars.sh
+scripts/build-jar.sh
