@@ -24,7 +24,7 @@ from dataclasses import asdict
 from types import SimpleNamespace
 from typing import Any
 
-from spark_ext import pushdown
+from spark_ext import hadoop_conf, pushdown
 from spark_ext.jvm_scan import plan_lines
 from spark_ext.options import PLAN_LOCK, cached_log_for, parse_read_options
 from spark_ext.read_plan import cached_log, check_declared_schema, plan_batch, plan_shape
@@ -77,7 +77,7 @@ def scan(req: Mapping[str, Any]) -> dict[str, Any]:
         check_declared_schema(StructType.fromJson(json.loads(req["declared"])), plan.shape)
     before = len({s.key for s in plan_batch(ro, log).slices}) if req.get("filters") else None
     objects = len({s.key for s in plan.slices})
-    return {"plan": plan_lines(plan, plan.groups(ro), log.store),
+    return {"plan": plan_lines(plan, plan.groups(ro), hadoop_conf.for_store(log.store)),
             "schema": plan.shape.schema_json, "kafka": plan.shape.kafka_shaped,
             "failOnDataLoss": ro.fail_on_data_loss, "objects": objects,
             "objectsBeforePushdown": objects if before is None else before}
