@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Creates .venv (if missing) and installs txlog with its dev extras into it.
+# Creates .venv (if missing) and installs txlog with its dev and delta extras into it, then
+# .venv-latest (scripts/bootstrap-latest.sh) for the txlog-only Spark tests on the newest pyspark.
 # Re-running is cheap: pip skips what is already installed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,7 +27,9 @@ installed="$("$here/.venv/bin/python" -I -c \
   2>/dev/null || true)"
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ "$installed" != "$here" ]; then
   .venv/bin/python -m pip install --quiet --upgrade pip
-  .venv/bin/python -m pip install --quiet -e ".[dev]"
+  .venv/bin/python -m pip install --quiet -e ".[dev,delta]"
   touch "$stamp"
 fi
+scripts/bootstrap-latest.sh
 scripts/fetch-jars.sh
+scripts/build-jar.sh

@@ -1,20 +1,23 @@
-"""The README's main job: an exactly-once Spark pipeline that survives a SIGKILL.
+"""The main job: a txlog topic -> Spark -> Delta table pipeline that survives a SIGKILL.
 
     scripts/run-demo.sh                 # or: .venv/bin/python scripts/demo.py [--dir DIR]
 
-On a local directory (default ./demo-data, wiped at start) and a local Spark session:
+On a local directory (default ./demo-data, wiped at start) and a local Spark session with
+delta-spark (jars fetched by scripts/bootstrap.sh):
 
 1. produce transactional input into the topic ``orders`` (4 partitions) with the Python
    producer; a quarter of the transactions are aborted on purpose;
-2. run the exactly-once pipeline (:func:`spark_ext.exactly_once.run`: read_committed from
-   the group's committed offsets, transform, write ``orders-enriched`` and commit the
-   source offsets in the same transaction) in a child process, in rounds, and SIGKILL
-   that process (driver, JVM and Python workers) while it is inside the commit of round 3,
-   with that round's transaction open and its output already appended;
-3. run the pipeline again to completion;
-4. read ``orders-enriched`` with the Python read_committed consumer and print the proof:
-   output records = committed input records, duplicates 0, aborted records seen 0,
-   missing 0.  Exits non-zero if any check fails.
+2. run the exactly-once pipeline (:func:`spark_ext.exactly_once.run` with ``sink_delta``:
+   read_committed from the group's committed offsets, transform, append to the Delta
+   table with ``txnAppId``/``txnVersion``, then commit the source offsets in txlog) in a
+   child process, in rounds, and SIGKILL that process (driver, JVM and Python workers)
+   right after round 3's Delta commit, before its source offsets were committed;
+3. run the pipeline again to completion: it finds round 3 in the table's transaction
+   record, commits its offsets without writing it again, and goes on;
+4. run it once more: the job is finished, so it writes no new Delta version;
+5. read the Delta table with delta-rs (``deltalake``, a reader independent of Spark and
+   txlog) and print the proof: rows = committed input records, duplicates 0, aborted
+   records 0, missing 0.  Exits non-zero if any check fails.
 """
 
 from __future__ import annotations
@@ -34,16 +37,17 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-SOURCE, SINK, GROUP = "orders", "orders-enriched", "enrich"
+SOURCE, TABLE, GROUP = "orders", "orders-delta", "enrich"
 TXNS, PER_TXN = 40, 50
 ROUND_RECORDS = 450  # offsets per round: the backlog takes about six rounds
 KILL_IN_ROUND = 3
 
-_T0 = time.monotonic()
+# The pipeline's child processes print times from the demo's start, as the demo does.
+_T0 = float(os.environ.get("TXLOG_DEMO_T0") or time.time())
 
 
 def say(msg: str) -> None:
-    print(f"[{time.monotonic() - _T0:6.1f}s] {msg}", flush=True)
+    print(f"[{time.time() - _T0:6.1f}s] {msg}", flush=True)
 
 
 # -- 1. input -------------------------------------------------------------------------------
@@ -55,7 +59,6 @@ def produce(root: str) -> tuple[set[int], set[int]]:
 
     lg = txlog.connect(root)
     lg.create_topic(SOURCE, partitions=4)
-    lg.create_topic(SINK, partitions=3)
     rng = random.Random(7)
     aborted_txns = set(rng.sample(range(TXNS), TXNS // 4))
     committed: set[int] = set()
@@ -86,36 +89,42 @@ def produce(root: str) -> tuple[set[int], set[int]]:
 
 
 def transform(df: Any) -> Any:
-    """orders -> enriched orders: amount in cents and a size class, keyed by customer."""
+    """orders -> enriched orders: amount in cents and a size class, with their source."""
     from pyspark.sql import functions as F
 
     order = F.from_json(F.col("value").cast("string"),
                         "id long, customer string, amount double")
-    o = df.select(F.col("key"), order.alias("o"), F.col("partition").alias("src_partition"),
+    o = df.select(order.alias("o"), F.col("partition").alias("src_partition"),
                   F.col("offset").alias("src_offset"))
-    enriched = F.struct(
+    return o.select(
         F.col("o.id").alias("id"), F.col("o.customer").alias("customer"),
         F.round(F.col("o.amount") * 100).cast("long").alias("amount_cents"),
         F.when(F.col("o.amount") >= 250, "large").otherwise("small").alias("size"),
-        F.col("src_partition"), F.col("src_offset"))
-    return o.select("key", F.to_json(enriched).alias("value"))
+        "src_partition", "src_offset")
 
 
 def pipeline(root: str, run: int) -> None:
-    import spark_ext
+    import spark_ext.delta
     import spark_ext.exactly_once as eos
 
-    spark = spark_ext.local_session("txlog-demo")
+    spark = spark_ext.delta.local_session("txlog-demo")
 
     def report(r: eos.Round) -> None:
-        state = "committed" if r.committed else "already done by an earlier run"
+        state = ("found in the Delta table: offsets committed, nothing written" if r.settled
+                 else "committed" if r.committed else "already done by an earlier run")
         say(f"    run {run}, round {r.number}: source offsets {sum(r.start.values())}.."
             f"{sum(r.end.values())} ({r.offsets} offsets) {state}")
 
-    res = eos.run(spark, path=root, source_topic=SOURCE, sink_topic=SINK, group_id=GROUP,
-                  transform=transform, max_records_per_round=ROUND_RECORDS, on_round=report)
-    say(f"    pipeline finished: {res.committed_rounds} rounds committed")
+    res = eos.run(spark, path=root, source_topic=SOURCE, sink_delta=table_path(root),
+                  group_id=GROUP, transform=transform, max_records_per_round=ROUND_RECORDS,
+                  on_round=report)
+    say(f"    pipeline finished: {len(res.rounds)} rounds, "
+        f"{sum(not r.settled for r in res.rounds)} of them wrote the table")
     spark.stop()
+
+
+def table_path(root: str) -> str:
+    return str(Path(root) / TABLE)
 
 
 def kill_session(sid: int) -> int:
@@ -138,34 +147,45 @@ def kill_session(sid: int) -> int:
 
 
 def run_child(root: str, pause_dir: Path | None, run: int) -> subprocess.Popen[bytes]:
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
+               TXLOG_DEMO_T0=str(_T0))
     if pause_dir is not None:
-        # The writer's crash-test hook: stop inside the commit of round KILL_IN_ROUND, after
-        # its output was appended and before the transaction commits.
-        env.update(TXLOG_TEST_PAUSE_DIR=str(pause_dir), TXLOG_TEST_PAUSE_AT="before-commit",
+        # The crash-test hook: stop right after round KILL_IN_ROUND's Delta commit, before
+        # its source offsets are committed in txlog.
+        env.update(TXLOG_TEST_PAUSE_DIR=str(pause_dir), TXLOG_TEST_PAUSE_AT="delta-after-write",
                    TXLOG_TEST_PAUSE_SKIP=str(KILL_IN_ROUND - 1))
     return subprocess.Popen([sys.executable, __file__, "--pipeline", "--dir", root,
                              "--run", str(run)], env=env,
                             cwd=REPO, start_new_session=True)
 
 
-# -- 4. proof -------------------------------------------------------------------------------
+# -- 5. proof -------------------------------------------------------------------------------
 
 
-def verify(root: str, committed: set[int], aborted: set[int]) -> bool:
+def delta_state(root: str) -> tuple[int, int | None, int]:
+    """(the table's version, its txnVersion for the pipeline, the group's committed rounds),
+    read with delta-rs and txlog."""
+    from deltalake import DeltaTable
+
+    import txlog
+    from spark_ext.exactly_once import delta_app_id
+    from txlog.app_versions import committed_app_version
+
+    dt = DeltaTable(table_path(root))
+    app = delta_app_id(GROUP)
+    return (int(dt.version()), dt.transaction_version(app),
+            committed_app_version(txlog.connect(root), app) or 0)
+
+
+def verify(root: str, committed: set[int], aborted: set[int], versions_before: int) -> bool:
+    from deltalake import DeltaTable
+
     import txlog
 
+    dt = DeltaTable(table_path(root))
+    table = dt.to_pyarrow_table(columns=["id"])
+    ids = collections.Counter(table.column("id").to_pylist())
     lg = txlog.connect(root)
-    c = lg.consumer(isolation_level="read_committed")
-    c.assign(lg.partitions_for(SINK))
-    c.seek_to_beginning()
-    out: list[Any] = []
-    while True:
-        got = c.poll(max_records=100_000)
-        if not got:
-            break
-        out.extend(got)
-    ids = collections.Counter(json.loads(r.value)["id"] for r in out)
     raw = lg.consumer(isolation_level="read_uncommitted")
     raw.assign(lg.partitions_for(SOURCE))
     raw.seek_to_beginning()
@@ -182,22 +202,24 @@ def verify(root: str, committed: set[int], aborted: set[int]) -> bool:
     g = lg.consumer(group_id=GROUP)
     tps = lg.partitions_for(SOURCE)
     offsets_ok = g.committed(tps) == g.end_offsets(tps)
-    slots = sum(lg.partition_log(tp).refresh().high_watermark
-                for tp in lg.partitions_for(SINK))
+    version, in_table, rounds = delta_state(root)
 
     rows = [
         ("input records produced", len(committed) + len(aborted), None),
         ("  in committed transactions", len(committed), None),
         ("  in aborted transactions", len(aborted), None),
         ("  aborted ones in the source log", in_log, in_log == len(aborted)),
-        ("output records (read_committed)", len(out), len(out) == len(committed)),
-        ("distinct input ids in output", len(ids), len(ids) == len(committed)),
+        ("Delta table rows (delta-rs)", table.num_rows, table.num_rows == len(committed)),
+        ("distinct input ids in the table", len(ids), len(ids) == len(committed)),
         ("duplicates", dupes, dupes == 0),
-        ("aborted records seen", seen_aborted, seen_aborted == 0),
+        ("aborted records in the table", seen_aborted, seen_aborted == 0),
         ("missing records", missing, missing == 0),
         ("records from nowhere", unknown, unknown == 0),
         ("group offsets = source LSO", "yes" if offsets_ok else "no", offsets_ok),
-        ("sink offsets used (incl. killed round, markers)", slots, None),
+        ("rounds in the table = rounds committed", f"{in_table}={rounds}", in_table == rounds),
+        ("Delta versions (one per round)", version + 1, version + 1 == rounds),
+        ("new versions from the finished re-run", version + 1 - versions_before,
+         version + 1 == versions_before),
     ]
     width = max(len(r[0]) for r in rows)
     print()
@@ -208,8 +230,9 @@ def verify(root: str, committed: set[int], aborted: set[int]) -> bool:
         print(f"{name:<{width}}  {value!s:>8}  {mark}")
     good = all(ok for _, _, ok in rows if ok is not None)
     print()
-    print("exactly once: every committed input record is in the output once, no aborted "
-          "record was read" if good else "EXACTLY-ONCE CHECK FAILED")
+    print("exactly once into Delta: every committed input record is in the table once, no "
+          "aborted record, and the re-run wrote nothing" if good
+          else "EXACTLY-ONCE CHECK FAILED")
     return good
 
 
@@ -231,8 +254,8 @@ def main() -> int:
     say(f"1. produced {len(committed) + len(aborted)} orders into '{SOURCE}' (4 partitions) "
         f"in {TXNS} transactions; {len(aborted)} of them in aborted transactions")
 
-    say(f"2. exactly-once pipeline '{SOURCE}' -> '{SINK}' in a child process; it will be "
-        f"SIGKILLed inside the commit of round {KILL_IN_ROUND}")
+    say(f"2. exactly-once pipeline '{SOURCE}' -> Delta table {table_path(root)} in a child "
+        f"process; it will be SIGKILLed right after round {KILL_IN_ROUND}'s Delta commit")
     pause = Path(tempfile.mkdtemp(prefix="txlog-demo-pause-"))
     child = run_child(root, pause, 1)
     while not (pause / "paused").exists():
@@ -240,26 +263,29 @@ def main() -> int:
             say(f"the pipeline exited ({child.returncode}) before reaching the kill point")
             return 1
         time.sleep(0.05)
-    import txlog
-
-    lg = txlog.connect(root)
-    open_txns = sum(len(lg.partition_log(tp).refresh().open_txns)
-                    for tp in lg.partitions_for(SINK))
     killed = kill_session(child.pid)
     child.wait()
     kill_session(child.pid)  # anything forked meanwhile
     shutil.rmtree(pause, ignore_errors=True)
-    say(f"    SIGKILL -> {killed} processes (driver, JVM, Python workers) while round "
-        f"{KILL_IN_ROUND}'s transaction was open in {open_txns} sink partitions")
+    version, in_table, rounds = delta_state(root)
+    say(f"    SIGKILL -> {killed} processes (driver, JVM, Python workers); the table holds "
+        f"round {in_table} (Delta version {version}), the group's offsets only round {rounds}")
 
     say("3. the same pipeline again, to completion")
     child = run_child(root, None, 2)
     if child.wait() != 0:
         say(f"the pipeline failed ({child.returncode})")
         return 1
+    versions = delta_state(root)[0] + 1
 
-    say("4. verify with the Python read_committed consumer")
-    ok = verify(root, committed, aborted)
+    say("4. and once more: the job is finished, nothing to write")
+    child = run_child(root, None, 3)
+    if child.wait() != 0:
+        say(f"the pipeline failed ({child.returncode})")
+        return 1
+
+    say("5. verify with delta-rs, reading the Delta table independently of Spark")
+    ok = verify(root, committed, aborted, versions)
     say("done")
     return 0 if ok else 1
 

@@ -1,74 +1,14 @@
-"""txlog for PySpark: the ``txlog`` data source (batch and Structured Streaming).
+"""txlog for PySpark: ``format("txlog")``, batch and Structured Streaming, and SQL tables.
 
-    import spark_ext
-    spark_ext.register(spark)                        # format "txlog"
-    df = (spark.read.format("txlog").option("path", "s3://bucket/lake")
+    df = (spark.read.format("txlog").option("path", "s3a://bucket/lake")
           .option("subscribe", "orders").load())     # read_committed by default
-    df = spark_ext.read(spark, "s3://bucket/lake", subscribe="orders")  # native Parquet scan
-    q = (spark.readStream.format("txlog").option("path", "s3://bucket/lake")
-         .option("subscribe", "orders").option("maxOffsetsPerTrigger", 100000).load()
-         .writeStream.option("checkpointLocation", "...").trigger(availableNow=True)...)
+    df.write.format("txlog").mode("append").option("path", root).option("topic", "out").save()
 
-Read options (Spark's Kafka source names where the meaning is the same; names are
-case-insensitive; an unknown option or a bad value fails at ``load()``/``start()`` with a
-``txlog.errors.ConfigError`` naming it):
-
-``path``                     the txlog root URL (required; also ``.load(path)``)
-``topic`` | ``subscribe`` | ``subscribePattern`` | ``assign``
-                             one topic | comma list | regex | JSON ``{"orders": [0, 1]}``
-``startingOffsets``          ``earliest`` (batch default), ``latest`` (streaming default) or
-                             JSON ``{"orders": {"0": 23, "1": -2}}`` (-2 earliest, -1 latest)
-``endingOffsets``            batch only: ``latest`` (default) or JSON as above
-``startingTimestamp`` / ``endingTimestamp``  ms since the epoch, all partitions
-``startingOffsetsByTimestamp`` / ``endingOffsetsByTimestamp``  JSON ``{"orders": {"0": ms}}``
-``startingOffsetsByTimestampStrategy``  ``error`` (default) or ``latest`` when no record is
-                             at or after the timestamp
-``isolation.level``          ``read_committed`` (default) or ``read_uncommitted``
-                             (``kafka.isolation.level`` is accepted as a synonym)
-``storage_options``          JSON object passed to fsspec (credentials, endpoint, ...)
-``maxOffsetsPerTrigger``     streaming admission control (offsets per micro-batch)
-``failOnDataLoss``           ``true`` (default): fail when planned data is gone (retention,
-                             compaction, a recreated topic); ``false``: skip it
-``includeHeaders``           ``true`` (default) adds Kafka's ``headers`` column
-``minPartitions`` / ``maxPartitionBytes``  Spark input partitions: at least this many
-                             (default one per topic-partition with data), at most this big
-
-Columns: Kafka-shaped topics give Spark's Kafka schema (``key``, ``value``, ``topic``,
-``partition``, ``offset``, ``timestamp``, ``timestampType``, ``headers``; timestampType 0 is
-the record's own time, 1 the append time used when the record has none).  Typed topics
-give their own columns plus ``topic``, ``partition``, ``offset`` and ``timestamp`` (the
-batch's append time).
-
-Fast path.  ``format("txlog")`` is a Python data source: rows travel from Python workers
-to the JVM as Arrow.  ``spark_ext.read(spark, path, **options)`` takes the same options
-(dotted names with underscores, e.g. ``isolation_level=``; ``storage_options`` may be a
-dict), makes the same plan on the driver and hands it to txlog's JVM source
-(:mod:`spark_ext.jvm_scan`, Java built on first use with the JDK's ``javac``), which
-reads the planned rows with Spark's vectorized Parquet reader, so column pruning and
-Parquet speed apply.  Without a JDK it uses Spark's Parquet source and SQL expressions
-instead (``engine="sql"``, :mod:`spark_ext.native`).  A Python data source cannot hand
-Spark a native plan, so ``format("txlog")`` cannot route to it: use ``spark_ext.read``
-for large batch reads.  Spark opens the files itself on that path, so it needs the
-store's Hadoop filesystem (``s3a://`` + hadoop-aws, ``abfss://``, ``gs://``) configured
-in Spark as well.
-
-Without ``register``: pyspark discovers Python data sources by importing top-level modules
-named ``pyspark_*`` that define ``DefaultSource`` (there is no entry-point group); the
-``pyspark_txlog`` package shipped with txlog is one, so an installed txlog (wheel, cluster
-library) makes ``format("txlog")`` available in every new session.
-
-Databricks.  PySpark data sources need Databricks Runtime 15.4 LTS+ (or serverless);
-this reader also uses the Spark 4.2 streaming API (``latestOffset(start, limit)``, read
-limits, ``SupportsTriggerAvailableNow``), so it needs a runtime whose pyspark is 4.2 or
-newer, as ``pip install txlog[spark]`` does.  Install ``txlog`` as a cluster library (then
-``format("txlog")`` is discovered in every notebook), or ``%pip install txlog`` in the
-notebook and call ``spark_ext.register(spark)`` (notebook-scoped installs are not seen by
-discovery).  Credentials go in ``storage_options`` (e.g. from a secret scope:
-``json.dumps({"key": dbutils.secrets.get(...), "secret": ...})``); nothing is read from the
-cluster's Spark conf.  ``CREATE TABLE ... USING txlog`` drops OPTIONS: read with
-``spark.read.format("txlog")`` in code, not through a catalog table.
-Errors raised by txlog inside Spark carry their class and message
-(``txlog.errors.ConfigError: unknown option 'startingofsets' ...``) in the Spark exception.
+With txlog's jar on the classpath (:func:`connector_jar`; ``local_session`` adds it),
+``format("txlog")`` is txlog's JVM connector (``spark_ext/java``), planned by txlog's
+Python planner on the driver (:mod:`spark_ext.jvm_plan`); without it, the Python data
+source (:mod:`spark_ext.source`).  docs/spark.md has the options, the columns, which path a
+query takes and why.
 """
 
 from __future__ import annotations
@@ -76,6 +16,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from pyspark.sql import DataFrame, SparkSession
 
     from spark_ext.writer import CommitResult
@@ -84,10 +26,47 @@ __all__ = ["read", "register", "write"]
 
 
 def register(spark: SparkSession) -> None:
-    """Register the ``txlog`` data source with ``spark`` (format name ``"txlog"``)."""
-    from spark_ext.source import TxlogDataSource
+    """Register txlog's Python data source with ``spark``: as ``txlog_python``, which
+    the JVM connector hands streaming and some writes to, and as ``txlog`` itself where
+    the JVM connector is not on the classpath (Spark refuses a second ``txlog``)."""
+    from spark_ext.source import TxlogDataSource, TxlogPythonDataSource
 
-    spark.dataSource.register(TxlogDataSource)
+    spark.dataSource.register(TxlogPythonDataSource)
+    if not jvm_connector_loaded(spark):
+        spark.dataSource.register(TxlogDataSource)
+
+
+def jvm_connector_loaded(spark: SparkSession) -> bool:
+    """Whether ``format("txlog")`` in ``spark`` is txlog's JVM connector (its jar is on
+    the session's classpath) rather than the Python data source."""
+    try:
+        jvm = spark.sparkContext._jvm
+        loader = spark._jsparkSession.sharedState().jarClassLoader()
+    except Exception:  # Spark Connect: no JVM on this side; the server decides
+        return False
+    if jvm is None:
+        return False
+    try:
+        jvm.java.lang.Class.forName("txlog.DefaultSource", False, loader)
+    except Exception:
+        return False
+    return True
+
+
+def connector_jar() -> Path | None:
+    """The jar of txlog's JVM connector (``format("txlog")`` in the JVM): the one the
+    wheel ships, else built now with the JDK's ``javac``; None (with a warning) when
+    neither is possible, and ``format("txlog")`` is then txlog's Python data source."""
+    from spark_ext import jvm_scan
+
+    try:
+        return jvm_scan.jar()
+    except jvm_scan.JvmScanUnavailable as exc:
+        import warnings
+
+        warnings.warn(f"txlog: no JVM connector ({exc}); format('txlog') is the Python "
+                      "data source", RuntimeWarning, stacklevel=2)
+        return None
 
 
 def local_session(app_name: str, **conf: str) -> SparkSession:
@@ -106,6 +85,9 @@ def local_session(app_name: str, **conf: str) -> SparkSession:
     settings = {"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false",
                 "spark.ui.showConsoleProgress": "false",
                 "spark.sql.session.timeZone": "UTC", **conf}
+    connector = connector_jar()
+    if connector is not None and "spark.jars" not in conf:
+        settings["spark.jars"] = str(connector)
     builder = SparkSession.builder.master("local[2]").appName(app_name)
     for k, v in settings.items():
         builder = builder.config(k, v)

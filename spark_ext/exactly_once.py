@@ -3,6 +3,8 @@
     import spark_ext.exactly_once as eos
     eos.run(spark, path="s3://bucket/lake", source_topic="orders", sink_topic="totals",
             group_id="totals-job", transform=lambda df: df.where("value is not null"))
+    eos.run(spark, path="s3://bucket/lake", source_topic="orders", sink_delta="/tables/orders",
+            group_id="orders-delta", transform=lambda df: df.selectExpr("cast(value as string)"))
 
 Each round reads the source topic from the group's committed offsets up to the last stable
 offset (read_committed: aborted records are never seen), applies ``transform``, writes the
@@ -19,6 +21,11 @@ How concurrent and crashed runs are kept apart:
 * the commit (on the Spark driver, :func:`spark_ext.writer.commit_staged`) re-reads the
   group's committed offsets after ``init_transactions`` and commits nothing if they moved
   since the round was read: another run has processed that range.
+
+Into a Delta table instead of a topic (``sink_delta="<path or table name>"``), each round
+appends with Delta's ``txnAppId``/``txnVersion`` and then commits the source offsets in
+txlog; a run that stopped between the two is settled from the table's own record (see
+:func:`run_into_delta`).
 
 ``transform`` must be a function of its input only (no side effects outside Spark); it
 sees Spark's Kafka columns (key, value, topic, partition, offset, timestamp,
@@ -54,6 +61,9 @@ class Round:
     start: dict[TopicPartition, int]
     end: dict[TopicPartition, int]
     committed: bool  # False: another run had already processed this range (nothing written)
+    # Into Delta: the table already held this round (a run stopped before committing its
+    # offsets); the offsets were committed from the table's record, nothing was written.
+    settled: bool = False
 
     @property
     def offsets(self) -> int:
@@ -114,9 +124,9 @@ def _read(spark: SparkSession, path: str, storage_options: Mapping[str, Any] | N
     return spark.read.format("txlog").options(**opts).load()
 
 
-def run(spark: SparkSession, *, path: str, source_topic: str, sink_topic: str, group_id: str,
-        transform: Callable[[DataFrame], DataFrame],
-        storage_options: Mapping[str, Any] | None = None,
+def run(spark: SparkSession, *, path: str, source_topic: str, group_id: str,
+        transform: Callable[[DataFrame], DataFrame], sink_topic: str | None = None,
+        sink_delta: str | None = None, storage_options: Mapping[str, Any] | None = None,
         max_records_per_round: int | None = None, max_rounds: int | None = None,
         starting_offsets: str = "earliest", reader: str = "auto",
         on_round: Callable[[Round], None] | None = None) -> RunResult:
@@ -130,12 +140,17 @@ def run(spark: SparkSession, *, path: str, source_topic: str, sink_topic: str, g
     scans with Spark's Parquet reader (Spark must reach the store: local paths, or Hadoop
     connectors configured), "source" uses ``format("txlog")`` (any store), "auto" picks
     native for local roots.  ``on_round`` is called after every round.
+
+    ``sink_delta`` (instead of ``sink_topic``): a Delta table's path or catalog name; see
+    :func:`run_into_delta` for how its rounds stay exactly-once.
     """
     import txlog
     from spark_ext.read_plan import rate_limit
 
+    if (sink_topic is None) == (sink_delta is None):
+        raise ConfigError("give exactly one of sink_topic (a txlog topic) and sink_delta "
+                          "(a Delta table's path or name)")
     validate_topic(source_topic)
-    validate_topic(sink_topic)
     if starting_offsets not in ("earliest", "latest"):
         raise ConfigError(f"starting_offsets must be 'earliest' or 'latest', not "
                           f"{starting_offsets!r}")
@@ -145,8 +160,16 @@ def run(spark: SparkSession, *, path: str, source_topic: str, sink_topic: str, g
         raise ConfigError("max_records_per_round must be at least 1")
     tid = transactional_id_for(group_id)
     lg = txlog.connect(path, dict(storage_options or {}))
+    native = reader == "native" or (reader == "auto" and lg.store.local_files)
+    if sink_delta is not None:
+        return run_into_delta(
+            spark, lg, path=path, source_topic=source_topic, sink_delta=sink_delta,
+            group_id=group_id, transform=transform, storage_options=storage_options,
+            max_records_per_round=max_records_per_round, max_rounds=max_rounds,
+            starting_offsets=starting_offsets, native=native, on_round=on_round)
+    assert sink_topic is not None
+    validate_topic(sink_topic)
     lg.topic(sink_topic)  # fail early, before reading anything
-    native = reader == "native" or (reader == "auto" and lg.store.backend == "local")
     result = RunResult(tid)
     while max_rounds is None or len(result.rounds) < max_rounds:
         # Fence any earlier run of this group and settle what it left open, so the
@@ -176,3 +199,141 @@ def run(spark: SparkSession, *, path: str, source_topic: str, sink_topic: str, g
         if on_round is not None:
             on_round(rnd)
     return result
+
+
+# -- rounds into a Delta table ----------------------------------------------------------------
+
+
+def delta_app_id(group_id: str) -> str:
+    """The Delta txnAppId (and txlog app id) of ``group_id``'s rounds into a Delta table."""
+    return f"txlog-eos-{validate_id('group.id', group_id)}"
+
+
+def run_into_delta(spark: SparkSession, lg: Log, *, path: str, source_topic: str,
+                   sink_delta: str, group_id: str, transform: Callable[[DataFrame], DataFrame],
+                   storage_options: Mapping[str, Any] | None,
+                   max_records_per_round: int | None, max_rounds: int | None,
+                   starting_offsets: str, native: bool,
+                   on_round: Callable[[Round], None] | None) -> RunResult:
+    """The loop of :func:`run` into a Delta table: round n appends to the table with
+    Delta's ``txnAppId`` = :func:`delta_app_id` and ``txnVersion`` = n (its source range
+    in the commit's userMetadata), then commits the source offsets together with "round n
+    done" (txlog's app version) in one txlog transaction.
+
+    Round n starts where the group's offsets are and compares the table's record for the
+    app id with the last round whose offsets were committed:
+
+    * equal: nothing pending; read, write round n, commit its offsets;
+    * one ahead: a run stopped between the Delta commit and the offset commit; the table's
+      commit says which range it covered, so those offsets are committed and nothing is
+      written (the round is ``settled``);
+    * anything else cannot come from a crash (the table was replaced, or the group's
+      offsets reset): :class:`spark_ext.delta.DeltaSinkStateError`.
+
+    Each run of the group fences the earlier ones (transactional.id ``eos-<group>``), and
+    a round whose write Delta skipped (another run wrote round n first) commits the range
+    that the table's round n holds, not its own, so the two cannot disagree.
+    """
+    from spark_ext import delta as sd
+    from spark_ext.read_plan import rate_limit
+    from spark_ext.writer import _pause_point
+    from txlog.app_versions import committed_app_version
+
+    tid = transactional_id_for(group_id)
+    app = delta_app_id(group_id)
+    result = RunResult(tid)
+    while max_rounds is None or len(result.rounds) < max_rounds:
+        p = lg.producer(transactional_id=tid)
+        try:
+            # Fence earlier runs and settle what they left open: the offsets and the
+            # round count read next are final for this run.
+            p.init_transactions()
+            done = committed_app_version(lg, app) or 0
+            start, lso = _positions(lg, source_topic, group_id, starting_offsets)
+            end = dict(lso) if max_records_per_round is None else \
+                rate_limit(start, lso, max_records_per_round)
+            end = {tp: max(start[tp], off) for tp, off in end.items()}
+            if all(end[tp] <= start[tp] for tp in end):
+                # Nothing to read, so no round is pending either (a round written to the
+                # table but not committed here covers offsets from the group's position).
+                break
+            latest, recent = sd.latest_round(spark, sink_delta, app)
+            in_table = latest or 0
+            number = len(result.rounds) + 1
+            if in_table == done + 1:
+                end = _range_in_table(spark, lg, sink_delta, app, in_table, group_id,
+                                      source_topic, start, recent.get(in_table))
+                _commit_round(p, group_id, app, in_table, end)
+                rnd = Round(number, start, end, committed=True, settled=True)
+            elif in_table != done:
+                raise sd.DeltaSinkStateError(
+                    f"Delta table {sink_delta!r} holds round {in_table} of {app!r}, but "
+                    f"group {group_id!r} committed the offsets of round {done}: the table "
+                    "was replaced or the group's offsets were reset. Use a new group id "
+                    "(and a new table) to start over")
+            else:
+                df = _read(spark, path, storage_options, source_topic, start, end, native)
+                meta = sd.user_metadata(app=app, round=done + 1, group=group_id,
+                                        topic=source_topic, start=_by_partition(start),
+                                        end=_by_partition(end))
+                _pause_point("delta-before-write")
+                sd.write_idempotent(transform(df), sink_delta, app_id=app,
+                                    version=done + 1, metadata=meta)
+                _pause_point("delta-after-write")
+                # Delta skips the write if another run wrote this round first: commit
+                # the range the table's round holds.
+                held = _range_in_table(spark, lg, sink_delta, app, done + 1, group_id,
+                                       source_topic, start)
+                _commit_round(p, group_id, app, done + 1, held)
+                rnd = Round(number, start, held, committed=held == end)
+        finally:
+            p.close()
+        _pause_point("delta-after-round")
+        result.rounds.append(rnd)
+        if on_round is not None:
+            on_round(rnd)
+    return result
+
+
+def _by_partition(offsets: Mapping[TopicPartition, int]) -> dict[str, int]:
+    return {str(tp.partition): off for tp, off in sorted(offsets.items())}
+
+
+def _range_in_table(spark: SparkSession, lg: Log, table: str, app: str, number: int,
+                    group_id: str, topic: str, start: Mapping[TopicPartition, int],
+                    meta: dict[str, Any] | None = None) -> dict[TopicPartition, int]:
+    """The source offsets round ``number`` of ``app`` wrote up to, from the table's commit
+    (its userMetadata, when already read), checked against where the group stands."""
+    from spark_ext import delta as sd
+
+    if meta is None:
+        meta = sd.find_commit_metadata(spark, table, app, number)
+    if meta is None:
+        raise sd.DeltaSinkStateError(
+            f"Delta table {table!r} records round {number} of {app!r}, but its history no "
+            "longer holds that commit's source range (log retention removed it?): the "
+            f"offsets of group {group_id!r} cannot be settled; set them by hand to where "
+            "the table's data ends")
+    committed = lg.consumer(group_id=group_id).committed(list(start))
+    ends: dict[TopicPartition, int] = {}
+    for tp in start:
+        lo, hi = meta["start"].get(str(tp.partition)), meta["end"].get(str(tp.partition))
+        if meta.get("topic") != topic or lo is None or hi is None or hi < lo or (
+                committed[tp] is not None and lo != committed[tp]):
+            raise sd.DeltaSinkStateError(
+                f"Delta table {table!r} round {number} of {app!r} covers {meta!r}, which "
+                f"does not start where group {group_id!r} stands on {topic} ({dict(start)})")
+        ends[tp] = hi
+    return ends
+
+
+def _commit_round(p: Any, group_id: str, app: str, number: int,
+                  end: Mapping[TopicPartition, int]) -> None:
+    """The round's source offsets and its number, in one txlog transaction."""
+    from spark_ext.writer import _pause_point
+
+    p.begin_transaction()
+    p.send_offsets_to_transaction(dict(end), group_id)
+    _pause_point("delta-in-offset-commit")
+    p.send_app_version(app, number)
+    p.commit_transaction()

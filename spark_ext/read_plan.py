@@ -36,6 +36,7 @@ from txlog.resolve import resolve_or_read
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
+    from spark_ext.pushdown import Bounds
     from txlog.log import Log, TopicInfo
 
 #: Columns a reader adds to every topic's own columns.
@@ -418,12 +419,15 @@ def plan_shape(log: Log, ro: ReadOptions) -> OutputShape:
     return output_shape(subscribed_topics(log, ro), ro.include_headers)
 
 
-def plan_batch(ro: ReadOptions, log: Log | None = None) -> BatchPlan:
-    """Everything a batch read returns, decided now (on the driver)."""
+def plan_batch(ro: ReadOptions, log: Log | None = None, *, bounds: Bounds | None = None,
+               ) -> BatchPlan:
+    """Everything a batch read returns, decided now (on the driver); with ``bounds``
+    (a query's filters, :mod:`spark_ext.pushdown`), only the batch objects that may hold
+    a row the query keeps."""
     if log is None:
         log = cached_log(ro)
     with PLAN_LOCK:
-        return _plan_batch(ro, log)
+        return _plan_batch(ro, log, bounds)
 
 
 def cached_log(ro: ReadOptions) -> Log:
@@ -434,7 +438,7 @@ def cached_log(ro: ReadOptions) -> Log:
         return cached_log_for(ro.url, ro.storage_options, names)
 
 
-def _plan_batch(ro: ReadOptions, log: Log) -> BatchPlan:
+def _plan_batch(ro: ReadOptions, log: Log, bounds: Bounds | None = None) -> BatchPlan:
     infos = subscribed_topics(log, ro)
     shape = output_shape(infos, ro.include_headers)
     tps = subscribed_partitions(log, ro, infos)
@@ -448,7 +452,15 @@ def _plan_batch(ro: ReadOptions, log: Log) -> BatchPlan:
         # "latest" never reads past the LSO (read_committed) or high watermark.
         end = min(ends[tp], states[tp].end_offset(ro.isolation))
         ranges[tp] = check_range(tp, states[tp], starts[tp], end, ro.fail_on_data_loss)
-    return BatchPlan(shape, ranges, plan_slices(log, states, ranges, ro.isolation))
+    if bounds is None:
+        return BatchPlan(shape, ranges, plan_slices(log, states, ranges, ro.isolation))
+    from spark_ext import pushdown
+
+    # Cut after the options' own ranges are checked: a filter never hides a bad option.
+    cut = pushdown.restrict_ranges(ranges, bounds)
+    slices = pushdown.prune_by_timestamp(plan_slices(log, states, cut, ro.isolation), states,
+                                         bounds, kafka_shaped=shape.kafka_shaped)
+    return BatchPlan(shape, ranges, slices)
 
 
 # --- streaming offsets -------------------------------------------------------------------

@@ -95,7 +95,7 @@ def _fetch_all(store: ObjectStore, slices: list[FileSlice], fail_on_data_loss: b
             log.warning("skipping missing batch object %s (failOnDataLoss=false)", s.key)
             return None
 
-    if store.backend in ("local", "memory") or len(slices) < 2:
+    if store.local_requests or len(slices) < 2:
         for s in slices:
             yield s, get(s)
         return

@@ -80,3 +80,12 @@ class TxlogDataSource(DataSource):
         from spark_ext.writer import TxlogStreamWriter  # type: ignore[import-not-found,unused-ignore]
 
         return TxlogStreamWriter(dict(self.options), schema)  # type: ignore[no-any-return,unused-ignore]
+
+
+class TxlogPythonDataSource(TxlogDataSource):
+    """The same source under the name txlog's JVM connector hands streaming queries and
+    the writes it does not take to (``format("txlog")`` is the connector's own name)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "txlog_python"

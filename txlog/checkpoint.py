@@ -146,7 +146,7 @@ def decode_checkpoint(raw: bytes, where: str) -> PartitionState:
         st.fence_epoch = {int(pid): int(e) for pid, e in meta["fence_epoch"]}
         for pid, epoch, last_seq, recent, last_ms in meta["producers"]:
             st.producers[int(pid)] = ProducerState(epoch, last_seq,
-                                                   [tuple(r) for r in recent],  # type: ignore[misc]
+                                                   [tuple(r) for r in recent],
                                                    last_ms)
         st.aborted = [AbortedTxn(*a) for a in meta["aborted"]]
     except (KeyError, TypeError, ValueError, OverflowError) as exc:

@@ -89,7 +89,7 @@ class Consumer:
         self._paused: set[TopicPartition] = set()
         self._positions: dict[TopicPartition, int] = {}
         self._next = 0
-        self._last_resolve: dict[TopicPartition, int] = {}
+        self._last_resolve: dict[TopicPartition, float] = {}  # (monotonic s)
         self._closed = False
 
     # -- assignment -----------------------------------------------------------------------
@@ -149,8 +149,11 @@ class Consumer:
         if self.isolation_level == READ_COMMITTED and resolve:
             st = self.log.partition_log(tp).refresh()
             if st.open_txns:
-                now = now_ms()
-                if now - self._last_resolve.get(tp, 0) >= _RESOLVE_EVERY_MS:
+                # Monotonic: a wall clock stepped back would stop the settling for as
+                # long as the step, and an abandoned transaction would hold the reads.
+                now = time.monotonic()
+                last = self._last_resolve.get(tp)
+                if last is None or now - last >= _RESOLVE_EVERY_MS / 1000:
                     self._last_resolve[tp] = now
                     st = resolve_or_read(self.log, tp)
             return st

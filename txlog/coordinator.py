@@ -48,19 +48,19 @@ from txlog.txn_state import (
 )
 
 if TYPE_CHECKING:
-    from txlog.log import Log
+    from txlog.root import Root
 
 log = logging.getLogger(__name__)
 
 
-def max_transaction_timeout_ms(txlog: Log) -> int:
+def max_transaction_timeout_ms(txlog: Root) -> int:
     """transaction.max.timeout.ms for the root (the one place it is read): the value
     stored in the root, which every client of it shares (txlog.root_settings)."""
     return int(txlog.root_settings()["transaction.max.timeout.ms"])
 
 
 class Coordinator:
-    def __init__(self, txlog: Log) -> None:
+    def __init__(self, txlog: Root) -> None:
         self.log = txlog
         self.state_log = StateLog(txlog.store, txlog.config["transaction.state.log.num.partitions"])
         self.pids = ProducerIdAllocator(txlog.store)
@@ -290,7 +290,7 @@ class Coordinator:
             crashpoint("after_marker")
 
         tps = [TopicPartition(topic, p) for topic, p in prep.partitions]
-        if len(tps) > 1 and self.log.store.backend not in ("local", "memory"):
+        if len(tps) > 1 and not self.log.store.local_requests:
             # Markers are independent of each other: on a remote store write them in
             # parallel (a 64-partition commit on S3 waited for 64 sequential round trips).
             fan_out(mark, tps)

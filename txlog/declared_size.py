@@ -47,7 +47,7 @@ def ipc_declared_size(raw: bytes) -> int:
         off = struct.unpack_from("<H", b, vtable + 4 + 2 * i)[0]
         if not off:
             raise ValueError(f"flatbuffer field {i} absent")
-        return table + off
+        return table + int(off)
 
     def ref(b: bytes, pos: int) -> int:
         return pos + int(struct.unpack_from("<I", b, pos)[0])
@@ -87,7 +87,7 @@ def parquet_declared_size(raw: bytes, meta: Any) -> int:
     """The bytes a Parquet file's pages declare they decode into: the larger of what its
     footer says and the sum of its page headers' uncompressed sizes (each page is
     decompressed into a buffer of its header's size, whatever the footer says)."""
-    footer = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+    footer: int = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
     pages = 0
     for i in range(meta.num_row_groups):
         rg = meta.row_group(i)

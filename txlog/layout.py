@@ -69,6 +69,34 @@ def txn_state_log_topic(partition: int) -> tuple[str, int]:
 
 
 PID_BLOCK_PREFIX = "_txn/pid-blocks/"
+TXN_PREFIX = "_txn/"
+#: The root's settings (root_settings.py), written once when the root is made.
+ROOT_SETTINGS_KEY = "_meta/root.json"
+#: Where a remote store keeps its verdict on the backend's atomic create (remote.py).
+ATOMIC_CREATE_VERDICT_PREFIX = "_meta/atomic-create/"
+#: Objects the store-clock measurement writes and deletes (store_clock.py).
+CLOCK_PROBE_PREFIX = "_txn/clock/"
+
+
+def state_log_prefix(partition: int) -> str:
+    """Everything of state-log partition ``partition``: its entries and checkpoints."""
+    return f"{TXN_PREFIX}state/{partition:03d}/"
+
+
+def state_log_entries_prefix(partition: int) -> str:
+    return f"{state_log_prefix(partition)}log/"
+
+
+def state_log_entry_key(partition: int, slot: int) -> str:
+    return f"{state_log_entries_prefix(partition)}{slot // ENTRY_BUCKET:06d}/{slot:012d}.json"
+
+
+def state_log_checkpoint_prefix(partition: int) -> str:
+    return f"{state_log_prefix(partition)}checkpoints/"
+
+
+def state_log_checkpoint_key(partition: int, next_slot: int) -> str:
+    return f"{state_log_checkpoint_prefix(partition)}{next_slot:012d}.json"
 
 
 def pid_block_key(block: int) -> str:

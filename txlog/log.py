@@ -294,7 +294,7 @@ class Log:
         remote store they load in parallel: one after the other, each costs several
         sequential round trips."""
         plogs = [self.partition_log(tp) for tp in tps]
-        if len(plogs) < 2 or self.store.backend in ("local", "memory"):
+        if len(plogs) < 2 or self.store.local_requests:
             return [pl.refresh() for pl in plogs]
         return fan_out(PartitionLog.refresh, plogs)
 

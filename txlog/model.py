@@ -181,7 +181,7 @@ def _valid_parts(e: Entry, markers: int = 0) -> bool:
         if not (isinstance(p, list) and len(p) == 5 and isinstance(p[0], str) and p[0]
                 and all(type(v) is int for v in p[1:]) and p[1] > 0 and p[2] >= 0):
             return False
-    return parts[0][0] == e.data and sum(p[1] for p in parts) + markers == e.count
+    return bool(parts[0][0] == e.data and sum(p[1] for p in parts) + markers == e.count)
 
 
 def _valid_compaction(x: Any) -> bool:

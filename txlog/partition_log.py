@@ -98,7 +98,7 @@ class AppendSpec:
 
 
 def _parallel(store: ObjectStore) -> bool:
-    return store.backend not in ("local", "memory")
+    return not store.local_requests
 
 
 class PartitionLog:

@@ -92,12 +92,12 @@ def checked_row(key: Any, value: Any, headers: Any, timestamp_ms: Any) -> Checke
 
 
 def _header_key(k: Any) -> str:
-    k = str(k)
+    key = str(k)
     try:
-        k.encode()
+        key.encode()
     except UnicodeEncodeError:
-        raise SchemaMismatchError(f"header key {k!r} is not valid UTF-8") from None
-    return k
+        raise SchemaMismatchError(f"header key {key!r} is not valid UTF-8") from None
+    return key
 
 
 _MIN_MS, _MAX_MS = -(1 << 63), (1 << 63) - 1
@@ -373,4 +373,3 @@ def _value_sizes(arr: pa.Array) -> pa.Array:
     if not width:
         width = -(-arr.nbytes // max(1, n))  # other types: an even share of their bytes
     return pa.repeat(pa.scalar(width, pa.int64()), n)
-

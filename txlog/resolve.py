@@ -15,14 +15,14 @@ from txlog.partition_state import PartitionState
 from txlog.records import TopicPartition
 
 if TYPE_CHECKING:
-    from txlog.log import Log
+    from txlog.root import CoordinatedRoot
 
 MAX_ROUNDS = 16
 log = logging.getLogger(__name__)
 _warned: set[tuple[str, TopicPartition]] = set()  # (root, partition): warn once each
 
 
-def resolve_lso(txlog: Log, tp: TopicPartition) -> PartitionState:
+def resolve_lso(txlog: CoordinatedRoot, tp: TopicPartition) -> PartitionState:
     """Refresh ``tp`` and settle the open transactions at its LSO; returns the new state."""
     plog = txlog.partition_log(tp)
     st = plog.refresh()
@@ -40,7 +40,7 @@ def resolve_lso(txlog: Log, tp: TopicPartition) -> PartitionState:
     return st
 
 
-def resolve_or_read(txlog: Log, tp: TopicPartition) -> PartitionState:
+def resolve_or_read(txlog: CoordinatedRoot, tp: TopicPartition) -> PartitionState:
     """resolve_lso() for readers.  When the root cannot be written (read-only access, or
     the store refuses writes for now), what holds the LSO cannot be settled: read what
     is decided (the LSO stays where the open transaction starts) and warn."""

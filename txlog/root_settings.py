@@ -17,12 +17,13 @@ import json
 from collections.abc import Collection, Mapping
 from typing import Any
 
+from txlog import layout
 from txlog.errors import ConfigError, CorruptObjectError, UnsupportedFormatError
 from txlog.model import new_token
 from txlog.records import now_ms
 from txlog.storage.base import ObjectStore
 
-KEY = "_meta/root.json"
+KEY = layout.ROOT_SETTINGS_KEY
 VERSION = 1
 #: The settings and the range each must lie in (as configuration checks them).
 SETTINGS: dict[str, tuple[int, int]] = {
@@ -32,7 +33,7 @@ SETTINGS: dict[str, tuple[int, int]] = {
 }
 #: Prefixes of which a root in use holds at least one object: topic metadata (the
 #: offsets topic's too) and producer-id blocks.
-_IN_USE = ("_meta/topics/", "_txn/")
+_IN_USE = (layout.TOPIC_META_PREFIX, layout.TXN_PREFIX)
 
 
 def encode(values: Mapping[str, int]) -> bytes:
@@ -73,13 +74,14 @@ def resolve(store: ObjectStore, config: Mapping[str, Any],
     or None for a root made before they were stored.  Raises ConfigError when a key in
     ``explicit`` (set by this client rather than defaulted) disagrees with the root."""
     where = f"{KEY} in {store.url}"
-    try:
-        raw: bytes | None = store.get(KEY)
-    except KeyError:
-        raw = None
-    if raw is None:
-        if any(store.list(prefix) for prefix in _IN_USE):
+    raw = _get(store)
+    if raw is None and any(store.list(prefix) for prefix in _IN_USE):
+        # Look again: a client that stores settings writes them before anything else, so
+        # a root that came into use since the read above has them by now.
+        raw = _get(store)
+        if raw is None:
             return None  # an older root: nothing to compare with
+    if raw is None:
         mine = {k: int(config[k]) for k in SETTINGS}
         data = encode(mine)
         if store.put_if_absent(KEY, data):
@@ -95,3 +97,10 @@ def resolve(store: ObjectStore, config: Mapping[str, Any],
             + "; these must agree across every client of a root (a transactional.id would "
             "hash differently): drop the setting, or use the root's value")
     return stored
+
+
+def _get(store: ObjectStore) -> bytes | None:
+    try:
+        return store.get(KEY)
+    except KeyError:
+        return None

@@ -27,7 +27,6 @@ log = logging.getLogger(__name__)
 DEFAULT_STATE_PARTITIONS = 50
 CHECKPOINT_INTERVAL = 200
 VERSION = 1
-BUCKET = 10_000
 
 
 def state_partition_for(txn_id: str, partitions: int = DEFAULT_STATE_PARTITIONS) -> int:
@@ -38,7 +37,7 @@ class StateLogPartition:
     def __init__(self, store: ObjectStore, partition: int) -> None:
         self.store = store
         self.partition = partition
-        self.prefix = f"_txn/state/{partition:03d}/"
+        self.prefix = layout.state_log_prefix(partition)
         self.records: dict[str, TxnRecord] = {}
         self.next_slot = 0
         self.loaded = False
@@ -49,10 +48,10 @@ class StateLogPartition:
         return self._entry_key(slot)
 
     def _entry_key(self, slot: int) -> str:
-        return f"{self.prefix}log/{slot // BUCKET:06d}/{slot:012d}.json"
+        return layout.state_log_entry_key(self.partition, slot)
 
     def _ckpt_key(self, next_slot: int) -> str:
-        return f"{self.prefix}checkpoints/{next_slot:012d}.json"
+        return layout.state_log_checkpoint_key(self.partition, next_slot)
 
     # -- reading -------------------------------------------------------------------------
 
@@ -65,7 +64,8 @@ class StateLogPartition:
             self._load_checkpoint()
             self.loaded = True
         start_after = self._entry_key(self.next_slot - 1) if self.next_slot else None
-        keys = self.store.list(f"{self.prefix}log/", start_after=start_after)
+        keys = self.store.list(layout.state_log_entries_prefix(self.partition),
+                               start_after=start_after)
         for key in keys:
             try:
                 slot = layout.slot_of(key)
@@ -100,7 +100,7 @@ class StateLogPartition:
         return d
 
     def _load_checkpoint(self) -> None:
-        keys = self.store.list(f"{self.prefix}checkpoints/")
+        keys = self.store.list(layout.state_log_checkpoint_prefix(self.partition))
         for key in reversed(keys):
             try:
                 d = self._decode(self.store.get(key), key)
@@ -189,7 +189,7 @@ class StateLogPartition:
                               separators=(",", ":")).encode()
             key = self._ckpt_key(self.next_slot)
             self.store.put(key, body)
-            for old in self.store.list(f"{self.prefix}checkpoints/")[:-2]:
+            for old in self.store.list(layout.state_log_checkpoint_prefix(self.partition))[:-2]:
                 if old < key:
                     self.store.delete(old)
         except Exception as exc:

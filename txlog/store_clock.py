@@ -17,6 +17,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+from txlog import layout
 from txlog.errors import StorageError
 from txlog.model import new_token
 
@@ -28,7 +29,7 @@ log = logging.getLogger(__name__)
 #: Re-measure the store's time after this long (monotonic clocks drift by parts per
 #: million, so this only bounds how long a stale measurement is used).
 REFRESH_S = 60.0
-PROBE_PREFIX = "_txn/clock/"
+PROBE_PREFIX = layout.CLOCK_PROBE_PREFIX
 #: Stamps with no sub-second part (S3's Last-Modified) may be up to this much late.
 SECOND = 1000
 TICK = 20

@@ -232,7 +232,7 @@ def dim_open(tg: C.Target, points: list[int], reps: int) -> list[dict[str, Any]]
     for k in points:
         while len(others) < k:
             o = log.producer(transactional_id=f"scale-open-{len(others)}",
-                             transaction_timeout_ms=3_600_000)
+                             transaction_timeout_ms=900_000)
             o.init_transactions()
             o.begin_transaction()
             o.send_batch("open", table, partition=0)

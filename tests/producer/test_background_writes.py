@@ -22,6 +22,7 @@ from txlog.errors import (
     UnknownTopicError,
 )
 from txlog.partition_log import PartitionLog
+from txlog.producer import accumulator, sender
 
 
 @pytest.fixture
@@ -165,7 +166,7 @@ def test_send_waits_for_the_oldest_write_when_too_much_is_queued(
         log: txlog.Log, monkeypatch: pytest.MonkeyPatch, gates: list[UploadGate]) -> None:
     """Past the queue's bound, send() waits inside back-pressure until a write ends;
     once the uploads go on, every send returns and everything commits."""
-    monkeypatch.setattr(producer_mod, "MAX_QUEUED_STEPS", 3)
+    monkeypatch.setattr(accumulator, "MAX_QUEUED_STEPS", 3)
     gate = UploadGate(monkeypatch)
     gates.append(gate)
     p = log.producer(transactional_id="bp", batch_size=100, linger_ms=60_000)
@@ -175,7 +176,7 @@ def test_send_waits_for_the_oldest_write_when_too_much_is_queued(
     real = p._backpressure
 
     def backpressure() -> None:
-        if p._queued_steps > producer_mod.MAX_QUEUED_STEPS:
+        if p._queued_steps > accumulator.MAX_QUEUED_STEPS:
             waiting.set()
         real()
 
@@ -690,7 +691,7 @@ def test_the_commit_appends_its_uploading_objects_in_one_entry(
 
     monkeypatch.setattr(PartitionLog, "write_data", write_data)
     monkeypatch.setattr(producer_mod.Producer, "_claim_ready", claim_ready)
-    monkeypatch.setattr(producer_mod, "wait", committer_wait)
+    monkeypatch.setattr(sender, "wait", committer_wait)
     monkeypatch.setattr(PartitionLog, "append", append)
     p = log.producer(transactional_id="tail", batch_size=300, linger_ms=60_000)
     p.init_transactions()

@@ -3,6 +3,7 @@ produced while the last one commits, and exactly-once holds through failures."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import threading
 from concurrent.futures import Future
 from typing import Any
@@ -275,7 +276,9 @@ def test_a_flush_waiting_on_another_thread_keeps_later_steps_in_order(
 
     b_waiting = threading.Event()
     release_one = threading.Event()
-    real_wait = producer_module.wait
+    from txlog.producer import sender
+
+    real_wait = concurrent.futures.wait
     real_write = producer_module.Producer._write_batches
 
     def spying_wait(fs: Any, *args: Any, **kw: Any) -> Any:
@@ -288,7 +291,7 @@ def test_a_flush_waiting_on_another_thread_keeps_later_steps_in_order(
             assert release_one.wait(60), "test never released batch one"
         return real_write(self, batches, *args, **kw)
 
-    monkeypatch.setattr(producer_module, "wait", spying_wait)
+    monkeypatch.setattr(sender, "wait", spying_wait)
     monkeypatch.setattr(producer_module.Producer, "_write_batches", held_write)
     p, gate, first = held_commit(log, gates, "order", [b"first"], batch_size=1)
     p.begin_transaction()

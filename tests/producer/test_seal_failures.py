@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 
 import txlog
-from txlog import producer as producer_mod
+from txlog import records
 from txlog.errors import SchemaMismatchError
+from txlog.producer import accumulator as producer_mod
 from txlog.records import TopicPartition
 
 
@@ -47,7 +48,7 @@ def test_header_key_that_cannot_be_utf8_fails_its_send_not_its_batch() -> None:
 
 
 def _poison_seal(monkeypatch: pytest.MonkeyPatch, before_raise: Any) -> None:
-    real = producer_mod.checked_kafka_batch
+    real = records.checked_kafka_batch
 
     def seal(rows: Any) -> Any:
         if any(r[1].startswith(b"poison") for r in rows):

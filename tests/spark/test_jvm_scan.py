@@ -297,12 +297,14 @@ def test_without_a_jdk_auto_falls_back_and_jvm_says_why(
 
 def test_jar_build_errors_say_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TXLOG_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(jvm_scan, "SHIPPED", tmp_path / "no-shipped.jar")  # a source checkout
     monkeypatch.delenv("JAVA_HOME", raising=False)
     monkeypatch.setattr(jvm_scan.shutil, "which", lambda _name: None)
     with pytest.raises(jvm_scan.JvmScanUnavailable, match="no javac"):
         jvm_scan.jar()
     monkeypatch.undo()
     monkeypatch.setenv("TXLOG_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(jvm_scan, "SHIPPED", tmp_path / "no-shipped.jar")
     broken = tmp_path / "src" / "io" / "txlog" / "spark"
     broken.mkdir(parents=True)
     (broken / "Broken.java").write_text("package io.txlog.spark; class Broken { int x = ; }\n")
@@ -317,6 +319,7 @@ def test_jar_is_built_once_per_source_and_pyspark(tmp_path: Path,
     import zipfile
 
     monkeypatch.setenv("TXLOG_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(jvm_scan, "SHIPPED", tmp_path / "no-shipped.jar")  # a source checkout
     first = jvm_scan.jar()
     assert first.parent == tmp_path / "cache"
     with zipfile.ZipFile(first) as z:
@@ -324,6 +327,27 @@ def test_jar_is_built_once_per_source_and_pyspark(tmp_path: Path,
     mtime = first.stat().st_mtime_ns
     assert jvm_scan.jar() == first and first.stat().st_mtime_ns == mtime
     assert list((tmp_path / "cache").iterdir()) == [first]  # no temporary left behind
+
+
+def test_the_shipped_jar_serves_when_built_from_these_sources(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The wheel's Maven-built jar is used when its recorded digest is these sources';
+    a stale one (another txlog's) is not, and javac builds one instead."""
+    import zipfile
+
+    monkeypatch.setenv("TXLOG_CACHE_DIR", str(tmp_path / "cache"))
+    shipped = tmp_path / "txlog-spark.jar"
+    monkeypatch.setattr(jvm_scan, "SHIPPED", shipped)
+    with zipfile.ZipFile(shipped, "w") as z:
+        z.writestr(jvm_scan.DIGEST_RESOURCE, jvm_scan.source_digest())
+    assert jvm_scan.jar() == shipped
+    with zipfile.ZipFile(shipped, "w") as z:
+        z.writestr(jvm_scan.DIGEST_RESOURCE, "0123456789abcdef")
+    built = jvm_scan.jar()
+    assert built.parent == tmp_path / "cache"
+    with zipfile.ZipFile(built) as z:
+        assert z.read(jvm_scan.DIGEST_RESOURCE).decode() == jvm_scan.source_digest()
+        assert "txlog/DefaultSource.class" in z.namelist()
 
 
 @pytest.mark.s3

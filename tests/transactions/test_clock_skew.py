@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 import txlog
-from txlog import TopicPartition
+from txlog import TopicPartition, records
 from txlog.store_clock import SECOND, TICK, age_lower_bound_ms, resolution_ms, stamp_ms
 from txlog.txn_state import COMPLETE_ABORT, COMPLETE_COMMIT
 
@@ -218,3 +218,35 @@ def test_open_transaction_has_an_age_on_the_store_clock(store_factory: Any,
     assert age is not None and -2 * SECOND <= age < 60_000, age
     p.abort_transaction()
     p.close()
+
+
+def test_a_reader_whose_clock_steps_back_still_aborts_an_abandoned_transaction(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A consumer settles what holds its LSO at most every so often.  Timed by the wall
+    clock, a step back (an NTP correction, a VM resumed) kept it from settling for as
+    long as the step, and an abandoned transaction held its reads far past the timeout."""
+    import txlog.consumer as consumer_module
+
+    root = str(tmp_path / "root")
+    log = txlog.connect(root)
+    log.create_topic("a")
+    hung = log.producer(transactional_id="hung", transaction_timeout_ms=5_000)
+    hung.init_transactions()
+    hung.begin_transaction()
+    hung.send("a", b"never", partition=0)
+    hung.flush()
+    later = log.producer()
+    later.send("a", b"after", partition=0)
+    later.flush()
+    later.close()
+    c = txlog.connect(root).consumer(auto_offset_reset="earliest")
+    c.assign([TP])
+    assert c.poll() == []  # the transaction is open and in time: it holds the LSO
+    wall = records.now_ms  # what the consumer reads the wall clock with
+    monkeypatch.setattr(consumer_module, "now_ms", lambda: wall() - 3_600_000)
+    got = c.poll(timeout_ms=int((5 + BOUND_S) * 1000))
+    assert [r.value for r in got] == [b"after"]
+    rec = log.coordinator.record("hung")
+    assert rec is not None and rec.state == COMPLETE_ABORT and rec.abort_reason == "timeout"
+    c.close()
+    hung.close(timeout=0)

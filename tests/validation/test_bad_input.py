@@ -821,9 +821,10 @@ def test_a_batch_that_cannot_be_sealed_fails_and_is_not_lost(
     """send() checks every record, so turning a batch into Arrow should not fail; if it
     does all the same, that batch fails (its futures, an open transaction), and no other
     batch is dropped unresolved."""
-    from txlog import producer as producer_mod
+    from txlog import records
+    from txlog.producer import accumulator as producer_mod
 
-    real = producer_mod.checked_kafka_batch
+    real = records.checked_kafka_batch
 
     def seal(rows: Any) -> Any:
         if any(r[1] == b"poison" for r in rows):

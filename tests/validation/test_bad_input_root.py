@@ -267,6 +267,29 @@ def test_a_client_that_sets_nothing_takes_the_roots_settings_and_fences(
         assert [r.value for r in c.poll()] == [b"live"]
 
 
+
+def test_a_client_that_read_no_settings_just_before_the_root_was_made_still_agrees(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client finds no settings object, and before it looks whether the root is in
+    use, another client creates the root (settings, then a topic): the root is new, not
+    one made before settings were stored, so the first client takes its settings too."""
+    root = str(tmp_path / "root")
+    late = txlog.connect(root)  # sets nothing: must end up with the root's 3
+    first = txlog.connect(root, transaction_state_log_num_partitions=3)
+    real_get = late.store.get
+
+    def get(key: str) -> bytes:
+        if key == root_settings.KEY and not first.list_topics():
+            first.create_topic("t")  # lands between this read and the next look
+            raise KeyError(key)
+        return real_get(key)
+
+    monkeypatch.setattr(late.store, "get", get)
+    assert late.root_settings()["transaction.state.log.num.partitions"] == 3
+    with pytest.raises(ConfigError, match=r"transaction\.state\.log\.num\.partitions=5"):
+        txlog.connect(root, transaction_state_log_num_partitions=5).root_settings()
+
+
 def test_a_root_made_before_stored_settings_keeps_its_clients_configuration(
         tmp_path: Path) -> None:
     root = str(tmp_path / "root")

@@ -58,6 +58,13 @@ class ObjectStore(abc.ABC):
 
     #: The backend's name as users know it ("local", "memory", "s3", "gcs", "azure").
     backend: str = "abstract"
+    #: Capabilities callers choose their strategy by (never by the backend's name).
+    #: ``local_requests``: a request is a call on this machine (a disk, memory), not a
+    #: network round trip, so spreading requests over threads does not pay.
+    local_requests: bool = False
+    #: ``local_files``: every object is a file on this machine, at :meth:`full_path`,
+    #: that another engine (pyarrow, Spark) can open directly.
+    local_files: bool = False
 
     def __init__(self, url: str) -> None:
         self.url = url

@@ -52,6 +52,8 @@ _Keys = list[str]  # the class's list() method shadows the builtin inside its bo
 
 class LocalStore(ObjectStore):
     backend = "local"
+    local_requests = True
+    local_files = True
 
     def __init__(self, url: str, root: str, *, fsync: bool = True, create: bool = True,
                  ) -> None:

@@ -18,6 +18,7 @@ _LOCK = threading.RLock()
 
 class MemoryStore(ObjectStore):
     backend = "memory"
+    local_requests = True
 
     def __init__(self, url: str, root: str) -> None:
         super().__init__(url)

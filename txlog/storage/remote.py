@@ -51,6 +51,7 @@ import uuid
 from typing import Any
 from urllib.parse import urlparse
 
+from txlog import layout
 from txlog.errors import (
     AtomicCreateUnsupportedError,
     ConfigError,
@@ -93,7 +94,7 @@ def _shared_s3_session() -> Any:
 #: The storage option that skips the atomic-create check (the escape hatch).
 PROBE_OPTION = "txlog_probe_atomic_create"
 #: Where a root keeps the verdicts of the check, one object per endpoint.
-VERDICT_PREFIX = "_meta/atomic-create/"
+VERDICT_PREFIX = layout.ATOMIC_CREATE_VERDICT_PREFIX
 # Verdicts of this process by store identity: "" passed, else the refusal's message.
 _VERDICTS: dict[str, str] = {}
 _VERDICT_LOCK = threading.Lock()
@@ -475,7 +476,7 @@ class RemoteStore(ObjectStore):
         fast = self.fast()
         if fast is not None:
             try:
-                return fast.size(self.prefix + key)
+                return int(fast.size(self.prefix + key))
             except FileNotFoundError:
                 raise ObjectNotFoundError(f"object {self._where(key)} not found") from None
             except Exception as exc:

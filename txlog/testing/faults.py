@@ -114,7 +114,10 @@ class FaultyStore(ObjectStore):
             raise ConfigError(
                 f"error_style must be one of {ERROR_STYLES}, not {error_style!r}")
         self.inner = inner
-        self.backend = inner.backend  # callers pick strategies (e.g. parallel reads) by it
+        self.backend = inner.backend
+        # Callers pick strategies (e.g. parallel reads) by the capabilities.
+        self.local_requests = inner.local_requests
+        self.local_files = inner.local_files
         self.counter = inner.counter
         self.seed = seed
         self.stream = stream

@@ -7,6 +7,7 @@ ignored), so the store's settling of ambiguous outcomes can be tested against a 
 from __future__ import annotations
 
 import errno
+from collections.abc import Callable
 from typing import Any
 
 
@@ -29,10 +30,11 @@ def seaweed_412() -> Exception:
 def _read_timeout() -> Exception:
     from botocore.exceptions import ReadTimeoutError
 
-    return ReadTimeoutError(endpoint_url="http://127.0.0.1/txlog-test/k")
+    err: Exception = ReadTimeoutError(endpoint_url="http://127.0.0.1/txlog-test/k")
+    return err
 
 
-FAULTS = {
+FAULTS: dict[str, Callable[[], Exception]] = {
     "412": seaweed_412,
     "exists": lambda: FileExistsError("k"),
     "timeout": lambda: TimeoutError("timed out"),

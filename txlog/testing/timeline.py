@@ -82,6 +82,8 @@ class TimelineStore(ObjectStore):
         super().__init__(inner.url)
         self.inner = inner
         self.backend = inner.backend
+        self.local_requests = inner.local_requests
+        self.local_files = inner.local_files
         self.counter = inner.counter
         self.sites = sites
         self._lock = threading.Condition()

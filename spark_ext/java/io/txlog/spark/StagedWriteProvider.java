@@ -118,8 +118,15 @@ public final class StagedWriteProvider implements TableProvider {
         final StructType data;
         /** Which stored columns arrive as strings (read as their UTF-8 bytes). */
         final boolean[] strings;
+        /** Where each of the columns above is in the written rows (null: in that order). */
+        final int[] ordinals;
+        /** The byte width of the written rows' partition column. */
+        final int partitionWidth;
 
-        private Spec(Map<String, String> o, StructType input) {
+        private Spec(Map<String, String> o, StructType input, int[] ordinals,
+                     int partitionWidth) {
+            this.ordinals = ordinals == null ? null : ordinals.clone();
+            this.partitionWidth = partitionWidth;
             this.topic = PlannedScanProvider.required(o, "txlog.topic");
             this.partitions = Integer.parseInt(PlannedScanProvider.required(o, "txlog.partitions"));
             this.staging = PlannedScanProvider.required(o, "txlog.staging");
@@ -173,20 +180,32 @@ public final class StagedWriteProvider implements TableProvider {
         }
 
         static Spec of(Map<String, String> options, StructType input) {
-            return new Spec(options, input);
+            return new Spec(options, input, null, 4);
+        }
+
+        /** A write whose rows hold the columns of {@code input} at {@code ordinals} (-1: a
+         * column the rows lack, always null), the partition column {@code partitionWidth}
+         * bytes wide. */
+        static Spec mapped(Map<String, String> options, StructType input, int[] ordinals,
+                           int partitionWidth) {
+            return new Spec(options, input, ordinals, partitionWidth);
         }
     }
 
-    static final class StagedBatchWrite implements BatchWrite {
-        private final Spec spec;
+    static class StagedBatchWrite implements BatchWrite {
+        final Spec spec;
 
         StagedBatchWrite(Spec spec) {
             this.spec = spec;
         }
 
         @Override
-        @SuppressWarnings("unchecked")  // Scala's Map.updated, seen from Java
         public DataWriterFactory createBatchWriterFactory(PhysicalWriteInfo info) {
+            return factory(spec);
+        }
+
+        @SuppressWarnings("unchecked")  // Scala's Map.updated, seen from Java
+        static DataWriterFactory factory(Spec spec) {
             SparkContext sc = SparkContext.getOrCreate();
             try {
                 Job job = Job.getInstance(new Configuration(sc.hadoopConfiguration()));

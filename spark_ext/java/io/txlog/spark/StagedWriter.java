@@ -15,6 +15,7 @@ import org.apache.hadoop.mapreduce.TaskAttemptID;
 import org.apache.hadoop.mapreduce.TaskID;
 import org.apache.hadoop.mapreduce.TaskType;
 import org.apache.hadoop.mapreduce.task.TaskAttemptContextImpl;
+import org.apache.spark.TaskContext;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.expressions.UnsafeRow;
 import org.apache.spark.sql.connector.write.DataWriter;
@@ -51,6 +52,8 @@ final class StagedWriter implements DataWriter<InternalRow> {
     private final int task;
     private final long taskId;
     private final StoredRow stored;
+    /** The written rows seen as key, value[, timestamp][, partition] (null: they are). */
+    private final InputColumns input;
 
     private final OutputWriter[] open;
     private final String[] openName;
@@ -71,6 +74,9 @@ final class StagedWriter implements DataWriter<InternalRow> {
                  int task, long taskId) {
         this.spec = spec;
         this.stored = new StoredRow(spec.strings);
+        int pc = spec.partitionColumn;
+        this.input = spec.ordinals == null ? null
+            : new InputColumns(spec.ordinals, pc, spec.partitionWidth);
         this.files = files;
         this.task = task;
         this.taskId = taskId;
@@ -94,7 +100,8 @@ final class StagedWriter implements DataWriter<InternalRow> {
     }
 
     @Override
-    public void write(InternalRow row) throws IOException {
+    public void write(InternalRow written) throws IOException {
+        InternalRow row = input == null ? written : input.of(written);
         int p = route(row);
         if (open[p] == null) {
             openFile(p);
@@ -246,7 +253,27 @@ final class StagedWriter implements DataWriter<InternalRow> {
                 }
             }
         }
+        failPoint();
         return new Staged(done.toString());
+    }
+
+    /** Test hook, as spark_ext/writer.py's: TXLOG_TEST_FAIL_STAGED="topic:first,t:always"
+     * fails a task right after it staged its files (its first attempt, or every one). */
+    private void failPoint() throws IOException {
+        String raw = System.getenv("TXLOG_TEST_FAIL_STAGED");
+        if (raw == null || raw.isEmpty()) {
+            return;
+        }
+        TaskContext tc = TaskContext.get();
+        int attempt = tc == null ? 0 : tc.attemptNumber();
+        for (String item : raw.split(",")) {
+            String[] tm = item.trim().split(":", 2);
+            if (tm.length == 2 && tm[0].equals(spec.topic)
+                && ("always".equals(tm[1]) || ("first".equals(tm[1]) && attempt == 0))) {
+                throw new IOException("TXLOG_TEST_FAIL_STAGED: task attempt " + attempt
+                                      + " fails after staging");
+            }
+        }
     }
 
     @Override

@@ -1,0 +1,176 @@
+"""What txlog's JVM connector asks its planner (``io.txlog.spark.Planner``), answered with
+txlog's own Python planning and commit code: the JVM decides nothing a read returns or a
+write commits.
+
+Each request is a JSON object with an ``op``; each answer a JSON object, or
+``{"error": {"type": "txlog.errors.ConfigError", "message": ...}}``:
+
+``schema``       ``options`` -> ``schema`` (Spark's JSON), ``kafka`` (bool)
+``scan``         ``options``, ``filters`` (:mod:`spark_ext.pushdown`), ``declared`` (a
+                 user's schema, checked) -> ``plan`` (PlannedScanProvider's lines),
+                 ``schema``, ``kafka``, ``failOnDataLoss``, ``objects``,
+                 ``objectsBeforePushdown``
+``write_begin``  ``options``, ``schema`` -> ``spec`` (StagedWriteProvider's ``txlog.*``
+                 settings), or ``fallback`` saying why the Python data source writes
+``write_commit`` ``staging``, ``staged`` (StagedWriter's lines) -> what was committed
+``write_abort``  ``staging`` -> ``swept``
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import asdict
+from types import SimpleNamespace
+from typing import Any
+
+from spark_ext import hadoop_conf, pushdown
+from spark_ext.jvm_scan import plan_lines
+from spark_ext.options import PLAN_LOCK, cached_log_for, parse_read_options
+from spark_ext.read_plan import cached_log, check_declared_schema, plan_batch, plan_shape
+from txlog import layout
+from txlog.errors import ConfigError, SchemaMismatchError
+
+#: Writes begun and not yet committed or aborted: staging id -> (options, log).
+_WRITES: dict[str, tuple[Any, Any]] = {}
+
+
+def _options(req: Mapping[str, Any]) -> dict[str, str]:
+    opts = req.get("options")
+    if not isinstance(opts, dict) or not all(isinstance(v, str) for v in opts.values()):
+        raise ConfigError(f"a planner request's options are not a map of strings: {opts!r}")
+    # A catalog table (CREATE TABLE ... USING txlog OPTIONS (...)) hands its options as
+    # "option.<name>" among the table's own properties, which are not txlog options.
+    out: dict[str, str] = {}
+    for k, v in opts.items():
+        if k.lower().startswith("option."):
+            out[k[len("option."):]] = v
+    for k, v in opts.items():
+        if not k.lower().startswith("option.") and k.lower() not in _SPARK_PROPERTIES:
+            out.setdefault(k, v)
+    if "path" not in {k.lower() for k in out} and opts.get("location"):
+        out["path"] = opts["location"]
+    return out
+
+
+#: Keys Spark's catalog puts among a table's options (CREATE TABLE ... USING txlog).
+_SPARK_PROPERTIES = {"provider", "owner", "location", "external", "is_managed_location",
+                     "comment", "transient_lastddltime"}
+
+
+def schema(req: Mapping[str, Any]) -> dict[str, Any]:
+    ro = parse_read_options(_options(req))
+    log = cached_log(ro)
+    with PLAN_LOCK:
+        shape = plan_shape(log, ro)
+    return {"schema": shape.schema_json, "kafka": shape.kafka_shaped}
+
+
+def scan(req: Mapping[str, Any]) -> dict[str, Any]:
+    ro = parse_read_options(_options(req), streaming=False)
+    log = cached_log(ro)
+    bounds = pushdown.bounds_from_filters(req.get("filters") or [])
+    plan = plan_batch(ro, log, bounds=bounds)
+    if req.get("declared"):
+        from pyspark.sql.types import StructType
+
+        check_declared_schema(StructType.fromJson(json.loads(req["declared"])), plan.shape)
+    before = len({s.key for s in plan_batch(ro, log).slices}) if req.get("filters") else None
+    objects = len({s.key for s in plan.slices})
+    return {"plan": plan_lines(plan, plan.groups(ro), hadoop_conf.for_store(log.store)),
+            "schema": plan.shape.schema_json, "kafka": plan.shape.kafka_shaped,
+            "failOnDataLoss": ro.fail_on_data_loss, "objects": objects,
+            "objectsBeforePushdown": objects if before is None else before}
+
+
+def write_begin(req: Mapping[str, Any]) -> dict[str, Any]:
+    from pyspark.sql.types import StructType
+
+    from spark_ext.jvm_write import _unsupported
+    from spark_ext.staging import TopicTarget, check_columns
+    from spark_ext.writer import _arrow_schema, new_staging_id, parse_write_options
+
+    wo = parse_write_options(_options(req), streaming=False)
+    spark_schema = StructType.fromJson(json.loads(req["schema"]))
+    columns = [f.name for f in spark_schema.fields]
+    dup = {c for c in columns if columns.count(c) > 1}
+    if dup:
+        raise SchemaMismatchError(f"the DataFrame has duplicate columns {sorted(dup)}")
+    lg = cached_log_for(wo.url, wo.storage_options, [wo.topic] if wo.topic else [])
+    if wo.topic is not None:
+        # The Python writer's checks, with its errors, before any task runs.
+        info = lg.topic(wo.topic)
+        check_columns(columns, _arrow_schema(spark_schema),
+                      TopicTarget(info.name, info.partitions, info.kafka_shaped, info.schema))
+    why = _unsupported(SimpleNamespace(schema=spark_schema), wo, lg)  # type: ignore[arg-type]
+    if why is not None:
+        return {"fallback": why}
+    assert wo.topic is not None
+    txn = new_staging_id()
+    prefix = layout.staging_prefix(wo.topic, txn)
+    _WRITES[txn] = (wo, lg)
+    return {"spec": {
+        "txlog.topic": wo.topic,
+        "txlog.partitions": str(lg.topic(wo.topic).partitions),
+        "txlog.staging": txn,
+        # full_path() takes object keys: the folder's URL is its first object's, cut.
+        "txlog.prefixUrl": lg.store.full_path(prefix + "x")[:-1],
+        "txlog.prefixKey": prefix,
+        "txlog.partitioner": wo.partitioner,
+        "txlog.fileBytes": str(wo.file_bytes),
+        "txlog.fsync": str(bool(getattr(lg.store, "fsync", True))).lower()}}
+
+
+def _begun(req: Mapping[str, Any]) -> tuple[str, Any, Any]:
+    txn = req.get("staging")
+    if not isinstance(txn, str) or txn not in _WRITES:
+        raise ConfigError(f"no write {txn!r} was begun in this planner (restarted?); "
+                          "run the write again")
+    wo, lg = _WRITES.pop(txn)
+    return txn, wo, lg
+
+
+def write_commit(req: Mapping[str, Any]) -> dict[str, Any]:
+    from spark_ext.jvm_write import parse_staged
+    from spark_ext.writer import TxlogCommitMessage, abort_staged, commit_staged
+
+    txn, wo, lg = _begun(req)
+    files = parse_staged(str(req.get("staged") or ""))
+    try:
+        with PLAN_LOCK:  # the cached Log's partition states are shared with planning
+            result = commit_staged(wo, files, [txn], [wo.topic], app_id=wo.app_id,
+                                   app_version=wo.app_version, lg=lg)
+    except BaseException:
+        # As for a failed format("txlog") commit: settle this write's own transaction
+        # if it had started appending, and sweep what it did not list.
+        abort_staged(wo, [TxlogCommitMessage(txn, files, 0, 0)], [txn], [wo.topic])
+        raise
+    return {"committed": asdict(result)}
+
+
+def write_abort(req: Mapping[str, Any]) -> dict[str, Any]:
+    from spark_ext.writer import sweep
+
+    if req.get("staging") not in _WRITES:
+        # Spark aborts a write whose commit failed: write_commit has settled it already.
+        return {"swept": 0}
+    txn, wo, lg = _begun(req)
+    return {"swept": sweep(lg, [layout.staging_prefix(wo.topic, txn)])}
+
+
+HANDLERS: dict[str, Callable[[Mapping[str, Any]], dict[str, Any]]] = {
+    "schema": schema, "scan": scan, "write_begin": write_begin,
+    "write_commit": write_commit, "write_abort": write_abort,
+    "ping": lambda req: {"pong": True},
+}
+
+
+def answer(req: Any) -> dict[str, Any]:
+    """The answer to one request; errors become ``{"error": ...}``."""
+    try:
+        if not isinstance(req, dict) or req.get("op") not in HANDLERS:
+            raise ConfigError(f"the planner has no request {req!r}")
+        return HANDLERS[req["op"]](req)
+    except Exception as exc:
+        cls = type(exc)
+        return {"error": {"type": f"{cls.__module__}.{cls.__qualname__}", "message": str(exc)}}
