@@ -29,4 +29,5 @@ echo "== pytest, spark tests on the newest pyspark (.venv-latest)"
 export PYSPARK_PYTHON="$PWD/.venv-latest/bin/python"
 export PYSPARK_DRIVER_PYTHON="$PWD/.venv-latest/bin/python"
 # Exit status 5: the arguments selected no Spark test, which is fine for this lane.
-.venv-latest/bin/python -m pytest -m spark "$@" || [ $? -eq 5 ]
+# The slow Spark tests (kills, clusters) run in the first lane only.
+.venv-latest/bin/python -m pytest -m "spark and not slow" "$@" || [ $? -eq 5 ]
