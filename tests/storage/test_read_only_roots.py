@@ -198,7 +198,10 @@ def test_a_read_only_root_is_consumed_while_an_expired_transaction_is_open(
     roots.append(root)
     _make_read_only(root)
     before = _files(root)
-    res = cli("consume", "t", "--from-beginning", root=str(root), prefix=prefix)
+    # (a reader that cannot write the store's clock probe aborts only what it has itself
+    # watched open for the whole timeout: --timeout-ms keeps it polling past the 1 ms)
+    res = cli("consume", "t", "--from-beginning", "--timeout-ms", "2000", root=str(root),
+              prefix=prefix)
     assert res.returncode == 0, res.stderr
     values = [json.loads(x)["value"] for x in res.stdout.splitlines()]
     assert values == ["committed"]
