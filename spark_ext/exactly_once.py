@@ -107,6 +107,18 @@ def _positions(lg: Log, source_topic: str, group_id: str, starting: str,
     return start, lso
 
 
+def _round_bounds(lg: Log, source_topic: str, group_id: str, starting: str,
+                  max_records: int | None,
+                  ) -> tuple[dict[TopicPartition, int], dict[TopicPartition, int]]:
+    """(start, end) offsets of the next round per source partition: from where the group
+    resumes to the last stable offset, at most ``max_records`` in all."""
+    from spark_ext.read_plan import rate_limit
+
+    start, lso = _positions(lg, source_topic, group_id, starting)
+    end = dict(lso) if max_records is None else rate_limit(start, lso, max_records)
+    return start, {tp: max(start[tp], off) for tp, off in end.items()}
+
+
 def _read(spark: SparkSession, path: str, storage_options: Mapping[str, Any] | None,
           topic: str, start: Mapping[TopicPartition, int], end: Mapping[TopicPartition, int],
           native: bool) -> DataFrame:
@@ -145,7 +157,6 @@ def run(spark: SparkSession, *, path: str, source_topic: str, group_id: str,
     :func:`run_into_delta` for how its rounds stay exactly-once.
     """
     import txlog
-    from spark_ext.read_plan import rate_limit
 
     if (sink_topic is None) == (sink_delta is None):
         raise ConfigError("give exactly one of sink_topic (a txlog topic) and sink_delta "
@@ -177,10 +188,8 @@ def run(spark: SparkSession, *, path: str, source_topic: str, group_id: str,
         p = lg.producer(transactional_id=tid)
         p.init_transactions()
         p.close()
-        start, lso = _positions(lg, source_topic, group_id, starting_offsets)
-        end = dict(lso) if max_records_per_round is None else \
-            rate_limit(start, lso, max_records_per_round)
-        end = {tp: max(start[tp], off) for tp, off in end.items()}
+        start, end = _round_bounds(lg, source_topic, group_id, starting_offsets,
+                                   max_records_per_round)
         if all(end[tp] <= start[tp] for tp in end):
             break
         df = _read(spark, path, storage_options, source_topic, start, end, native)
@@ -235,7 +244,6 @@ def run_into_delta(spark: SparkSession, lg: Log, *, path: str, source_topic: str
     that the table's round n holds, not its own, so the two cannot disagree.
     """
     from spark_ext import delta as sd
-    from spark_ext.read_plan import rate_limit
     from spark_ext.writer import _pause_point
     from txlog.app_versions import committed_app_version
 
@@ -249,10 +257,8 @@ def run_into_delta(spark: SparkSession, lg: Log, *, path: str, source_topic: str
             # round count read next are final for this run.
             p.init_transactions()
             done = committed_app_version(lg, app) or 0
-            start, lso = _positions(lg, source_topic, group_id, starting_offsets)
-            end = dict(lso) if max_records_per_round is None else \
-                rate_limit(start, lso, max_records_per_round)
-            end = {tp: max(start[tp], off) for tp, off in end.items()}
+            start, end = _round_bounds(lg, source_topic, group_id, starting_offsets,
+                                       max_records_per_round)
             if all(end[tp] <= start[tp] for tp in end):
                 # Nothing to read, so no round is pending either (a round written to the
                 # table but not committed here covers offsets from the group's position).

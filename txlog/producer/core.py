@@ -178,11 +178,7 @@ class ProducerCore:
             raise
         except TxlogError as exc:
             if self.transactional_id is not None and self.state == State.IN_TRANSACTION:
-                if exc.abortable:
-                    self.state = State.ABORTABLE_ERROR
-                    self._error = exc
-                else:
-                    self._fatal(exc)
+                self._txn_error(exc)
             raise
         except Exception as exc:
             # Not a txlog error (e.g. a raw OSError from a filesystem): whether the write
@@ -219,6 +215,14 @@ class ProducerCore:
     def _fatal(self, exc: BaseException) -> None:
         self.state = State.FATAL_ERROR
         self._error = exc
+
+    def _txn_error(self, exc: TxlogError) -> None:
+        """An abortable error leaves the transaction to be aborted; any other is fatal."""
+        if exc.abortable:
+            self.state = State.ABORTABLE_ERROR
+            self._error = exc
+        else:
+            self._fatal(exc)
 
     def _require_txn(self) -> None:
         if self.transactional_id is None:

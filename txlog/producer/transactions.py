@@ -149,11 +149,7 @@ class TransactionManager(Accumulator):
             self._fatal(exc)
             raise
         except TxlogError as exc:
-            if exc.abortable:
-                self.state = State.ABORTABLE_ERROR
-                self._error = exc
-            else:
-                self._fatal(exc)
+            self._txn_error(exc)
             raise
         except Exception as exc:
             # Not a txlog error (a raw OSError from a filesystem): the abort may be
