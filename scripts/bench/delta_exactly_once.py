@@ -1,7 +1,7 @@
 """Exactly-once into Delta (``exactly_once.run(sink_delta=...)``) vs the same Spark job
 reading Parquet and appending to the same Delta table without txlog.
 
-Issue 33: N Kafka-shaped records (string keys, 100-byte values) are committed once to a
+N Kafka-shaped records (string keys, 100-byte values) are committed once to a
 txlog topic of 8 partitions and written once as Parquet (the same rows, read back from the
 topic, with the same columns).  Then, in one local[2] session with delta-spark, interleaved
 over several rounds (order flipped each round), the same transform runs as

@@ -1,4 +1,4 @@
-"""Latency at object-store request times (issue 35): SeaweedFS on 127.0.0.1 behind the
+"""Latency at object-store request times: SeaweedFS on 127.0.0.1 behind the
 latency proxy (txlog.testing.latency_proxy, 25 ms per request by default), every figure
 in milliseconds and in request times.
 
@@ -47,7 +47,7 @@ from txlog.storage import open_store
 from txlog.testing.latency_proxy import LatencyModel, start_proxy_process
 from txlog.testing.timeline import Account, TimelineStore, account, describe_chain, mean_counts
 
-# Issue 35's goals, in request times (p50).
+# The latency goals, in request times (p50).
 GOALS = {"commit_1": 2.0, "commit_8": 2.5, "end_to_end": 6.0}
 QUIET_RT = 3.0  # the store is idle after this many request times without a request
 SEND_VALUE = b"x" * 100

@@ -37,7 +37,7 @@ ORDER = ("append", "txn_overhead", "small_txn", "read", "scale", "latency", "spa
 EXPECTED = ("spark_scan", "spark_write", "spark_plan")  # written by others; noted when missing
 NOT_BENCHES = {"common", "run_all", "plots", "plot_history", "__init__"}
 
-# Issue 9's goals, for benchmarks whose JSON carries no "goals" list of its own: the
+# The throughput goals, for benchmarks whose JSON carries no "goals" list of its own: the
 # measured ratio is looked up under these keys (first found wins).
 FALLBACK_GOALS = {
     "spark_scan": [("Spark read_committed scan vs spark.read.parquet", 0.9,

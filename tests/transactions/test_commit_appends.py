@@ -70,7 +70,7 @@ def test_a_small_commit_writes_begin_then_one_marker_that_carries_its_batch(
 
 def test_a_read_in_the_committing_process_sees_the_commit(
         log: txlog.Log, monkeypatch: pytest.MonkeyPatch) -> None:
-    """commit_transaction() returns once PrepareCommit is durable; a read in the same
+    """Commit_transaction() returns once PrepareCommit is durable; a read in the same
     process waits for the marker that appends the batch (the BEGIN entry tells it the
     transaction is open there), so it never misses the commit it just made."""
     from txlog import completions
@@ -243,7 +243,7 @@ def test_a_prepare_commit_that_fails_appends_nothing_and_can_be_aborted(
 @pytest.mark.parametrize("appends_batches", [True, False])
 def test_the_last_commits_failed_marker_is_not_reported_as_this_commits_outcome(
         log: txlog.Log, monkeypatch: pytest.MonkeyPatch, appends_batches: bool) -> None:
-    """Review finding: the next commit first finishes the last one's markers; if that
+    """The next commit first finishes the last one's markers; if that
     fails, the error is the last commit's own, not "this PrepareCommit may have landed"
     (none was attempted)."""
     _failing_markers(monkeypatch, StorageError("injected: the last commit's marker failed"),
@@ -352,7 +352,7 @@ def _outcome(fut: Any) -> Any:
 
 
 def _get_in_a_thread(fut: Any) -> list[Any]:
-    """fut.get() (no timeout) on a thread of its own: its outcome, if it ended in 30 s."""
+    """Fut.get() (no timeout) on a thread of its own: its outcome, if it ended in 30 s."""
     got: list[Any] = []
     t = threading.Thread(target=lambda: got.append(_outcome(fut)), daemon=True)
     t.start()
@@ -390,7 +390,7 @@ def test_get_returns_after_close_completes_the_commit(
 
 def test_get_ends_once_a_newer_instance_rolled_the_commit_forward(
         log: txlog.Log, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Review finding: after a newer instance fenced the producer (rolling the commit
+    """After a newer instance fenced the producer (rolling the commit
     forward), get() stops retrying the markers and takes the offset from the log."""
     _, fut, fail = _commit_whose_marker_fails(log, monkeypatch, "zombie")
     fail["on"] = False
@@ -422,7 +422,7 @@ def test_get_ends_when_the_marker_meets_a_corrupt_log(
 
 
 def test_abort_by_start_offset_refuses_transactions_that_share_it(log: txlog.Log) -> None:
-    """Review finding: a BEGIN entry takes no offset, so two transactions opened one
+    """A BEGIN entry takes no offset, so two transactions opened one
     after the other start at the same offset: ``abort --start-offset`` must name them
     and ask for the producer id and epoch instead of picking one."""
     from txlog.admin import abort_partition_txn
@@ -478,7 +478,7 @@ def test_a_commit_with_no_batch_of_its_own_leaves_the_writes_before_it_to_its_ma
 
 def test_a_get_begun_before_the_decision_drives_markers_that_failed(
         log: txlog.Log, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Review finding: get() called while the commit is still undecided (its batch not
+    """get() called while the commit is still undecided (its batch not
     yet named by PrepareCommit) must still write the markers if they fail, not wait for
     a producer call that may never come."""
     import txlog.producer as producer_mod
@@ -522,7 +522,7 @@ def test_a_get_begun_before_the_decision_drives_markers_that_failed(
 
 def test_a_prepare_commit_that_landed_although_its_write_failed_goes_on_as_decided(
         log: txlog.Log, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Review finding: PrepareCommit lands but its write reports a store error.  The
+    """PrepareCommit lands but its write reports a store error.  The
     record, read once more, shows the decision: the commit goes on (markers, futures)
     instead of failing the futures of records that whoever rolls it forward commits
     (an application would resend them: duplicates)."""
