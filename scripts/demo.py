@@ -43,7 +43,7 @@ ROUND_RECORDS = 450  # offsets per round: the backlog takes about six rounds
 KILL_IN_ROUND = 3
 
 # The pipeline's child processes print times from the demo's start, as the demo does.
-_T0 = float(os.environ.get("TXLOG_DEMO_T0") or time.time())
+_T0 = float(os.environ.get("DEMO_STARTED_AT") or time.time())
 
 
 def say(msg: str) -> None:
@@ -148,7 +148,7 @@ def kill_session(sid: int) -> int:
 
 def run_child(root: str, pause_dir: Path | None, run: int) -> subprocess.Popen[bytes]:
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
-               TXLOG_DEMO_T0=str(_T0))
+               DEMO_STARTED_AT=str(_T0))
     if pause_dir is not None:
         # The crash-test hook: stop right after round KILL_IN_ROUND's Delta commit, before
         # its source offsets are committed in txlog.

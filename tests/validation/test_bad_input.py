@@ -325,8 +325,8 @@ def mutated_json(draw: st.DrawFn, valid: bytes) -> bytes:
     return json.dumps(doc).encode()
 
 
-# TXLOG_FUZZ_EXAMPLES=5000 for a longer fuzz run.
-FUZZ = settings(max_examples=int(os.environ.get("TXLOG_FUZZ_EXAMPLES", "150")), deadline=None,
+# TXLOG_TEST_FUZZ_EXAMPLES=5000 for a longer fuzz run.
+FUZZ = settings(max_examples=int(os.environ.get("TXLOG_TEST_FUZZ_EXAMPLES", "150")), deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
