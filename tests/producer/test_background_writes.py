@@ -788,7 +788,7 @@ def test_the_uploads_a_queued_commit_waits_for_run_more_at_once(
 
 
 def test_a_plain_producer_keeps_max_uploads_writer_threads(log: txlog.Log) -> None:
-    """Review finding: the writer pool sized for a commit's drain made a plain producer
+    """The writer pool sized for a commit's drain made a plain producer
     (which never drains for a commit) start a third writer thread."""
     p = log.producer(batch_size=300, linger_ms=60_000)
     for i in range(6):

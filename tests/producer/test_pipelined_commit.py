@@ -227,7 +227,7 @@ def test_linger_writes_a_quiet_producers_batch(log: txlog.Log, tmp_path: object)
 
 def test_flush_on_another_thread_while_sends_queue(log: txlog.Log,
                                                    gates: list[Gate]) -> None:
-    """Review finding: a flush() on one thread, waiting for the committer, must not lose
+    """A flush() on one thread, waiting for the committer, must not lose
     track of steps another thread's sends queued meanwhile (the commit then went ahead
     of their entries and 18 of 55 records were missing).  One thread sends single-record
     batches behind a pipelined commit while another flushes; every record is committed
@@ -313,7 +313,7 @@ def test_a_flush_waiting_on_another_thread_keeps_later_steps_in_order(
 
 def test_a_write_the_linger_thread_failed_is_raised_by_the_next_flush(
         log: txlog.Log, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Review finding: send_batch() returns no future, so a batch the linger thread
+    """send_batch() returns no future, so a batch the linger thread
     queued and the background writer failed to write must fail the next flush(), as the
     flush would have."""
     from txlog.partition_log import PartitionLog
