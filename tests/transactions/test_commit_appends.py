@@ -70,7 +70,7 @@ def test_a_small_commit_writes_begin_then_one_marker_that_carries_its_batch(
 
 def test_a_read_in_the_committing_process_sees_the_commit(
         log: txlog.Log, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Commit_transaction() returns once PrepareCommit is durable; a read in the same
+    """commit_transaction() returns once PrepareCommit is durable; a read in the same
     process waits for the marker that appends the batch (the BEGIN entry tells it the
     transaction is open there), so it never misses the commit it just made."""
     from txlog import completions
@@ -352,7 +352,7 @@ def _outcome(fut: Any) -> Any:
 
 
 def _get_in_a_thread(fut: Any) -> list[Any]:
-    """Fut.get() (no timeout) on a thread of its own: its outcome, if it ended in 30 s."""
+    """fut.get() (no timeout) on a thread of its own: its outcome, if it ended in 30 s."""
     got: list[Any] = []
     t = threading.Thread(target=lambda: got.append(_outcome(fut)), daemon=True)
     t.start()
