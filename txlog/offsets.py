@@ -90,7 +90,6 @@ def read_committed_offsets(txlog: Log, group_id: str, tps: Iterable[TopicPartiti
         return out
     otp = offsets_partition(txlog, group_id)
     plog = txlog.partition_log(otp)
-    st = plog.refresh()
     from txlog.resolve import resolve_or_read
 
     st = resolve_or_read(txlog, otp)
