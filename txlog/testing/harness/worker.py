@@ -555,6 +555,13 @@ class Worker:
                     report = maintain(self.log, [topic], compact=True)
                     value: dict[str, Any] = {"compacted": sum(
                         p.compacted_batches for p in report.partitions)}
+                    if report.failures:
+                        # maintain() reports what it could not do instead of raising: a
+                        # pass with failures is not an ok pass.
+                        self.rec.complete(oid, f, "fail", value, "; ".join(report.failures))
+                        self.done_op()
+                        self.pace(0.05, 0.25)
+                        continue
                 else:
                     value = {"acted": self.log.coordinator.sweep()}
             except Exception as exc:
