@@ -14,7 +14,7 @@ PACKAGE = ROOT / "txlog"
 #: Lines a module may have (about 600 is the aim; this leaves room for a fix).
 MAX_LINES = 650
 #: Modules still past MAX_LINES, with the size they may not grow beyond (to be split).
-OVERSIZED = {"txlog/cli.py": 970, "txlog/storage/remote.py": 790}
+OVERSIZED = {"txlog/storage/remote.py": 790}
 
 
 def _module_name(path: Path) -> str:
@@ -185,13 +185,13 @@ def test_state_log_keys_keep_their_format() -> None:
 
 def test_only_the_facade_imports_the_clients() -> None:
     """The producer, consumer and admin clients are reached through Log (txlog/log.py);
-    the command line (txlog/cli.py) sits above it and calls admin's functions.  No other
+    the command line (txlog/cli/) sits above it and calls admin's functions.  No other
     txlog module imports them, in any form (also in functions or for annotations)."""
     clients = ("txlog.producer", "txlog.consumer", "txlog.admin")
     allowed = {"txlog.log", "txlog.cli"}
     offenders = []
     for name, path in _modules().items():
-        if name in allowed or name.startswith(clients):
+        if name in allowed or name.startswith(("txlog.cli.", *clients)):
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             targets: list[str] = []
