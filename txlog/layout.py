@@ -72,7 +72,7 @@ PID_BLOCK_PREFIX = "_txn/pid-blocks/"
 TXN_PREFIX = "_txn/"
 #: The root's settings (root_settings.py), written once when the root is made.
 ROOT_SETTINGS_KEY = "_meta/root.json"
-#: Where a remote store keeps its verdict on the backend's atomic create (remote.py).
+#: Where a remote store keeps its verdict on the backend's atomic create (atomic_check.py).
 ATOMIC_CREATE_VERDICT_PREFIX = "_meta/atomic-create/"
 #: Objects the store-clock measurement writes and deletes (store_clock.py).
 CLOCK_PROBE_PREFIX = "_txn/clock/"

@@ -358,14 +358,14 @@ def test_a_server_ignoring_if_none_match_is_refused_on_first_create(
 @pytest.mark.s3
 def test_a_passing_verdict_is_stored_in_the_root_and_read_by_the_next_process(
         store_factory: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    from txlog.storage import remote
+    from txlog.storage import atomic_check, remote
     from txlog.storage.remote import RemoteStore
 
     store = store_factory("s3", "verdict")
     store.check_atomic_create()
     (verdict,) = store.list(remote.VERDICT_PREFIX)
     assert json.loads(store.get(verdict))["verdict"] == "atomic"
-    monkeypatch.setattr(remote, "_VERDICTS", {})  # as a new process
+    monkeypatch.setattr(atomic_check, "_VERDICTS", {})  # as a new process
     again = RemoteStore(store.url, "s3", store.storage_options)
     again.check_atomic_create()
     assert again.counter.snapshot()["requests"] == {"get": 1}  # the verdict; no probe

@@ -91,7 +91,7 @@ class ObjectStore(abc.ABC):
     def check_atomic_create(self) -> None:
         """Before a process first writes to this root: raise AtomicCreateUnsupportedError
         if the backend's create-if-absent is not atomic (a remote store probes once per
-        root and process, see remote.py).  Nothing to check by default."""
+        root and process, see atomic_check.py).  Nothing to check by default."""
         return None
 
     def probe_atomic_create(self) -> None:

@@ -221,7 +221,7 @@ def is_not_found(exc: BaseException) -> bool:
 
 def create_outcome(exc: BaseException) -> str:
     """How a failed conditional create through obstore is settled: one of 'lost',
-    'conflict', 'ambiguous', 'unsupported', 'fatal' (see remote.py's docstring)."""
+    'conflict', 'ambiguous', 'unsupported', 'fatal' (see create_outcome.py)."""
     from obstore import exceptions as ox
 
     status = http_status(exc)

@@ -5,187 +5,53 @@ The one atomic primitive, :meth:`RemoteStore.put_if_absent`, is a conditional cr
 ``fs.pipe_file(path, data, mode="create")``, which s3fs sends as ``If-None-Match: *``,
 gcsfs as ``ifGenerationMatch=0`` and adlfs as ``If-None-Match: *``; obstore's
 ``put(mode="create")`` sends ``If-None-Match: *`` too.  There is never a fallback to
-exists-then-write.
-
-Outcomes of a conditional create and how they are settled:
-
-* success: we created the object.
-* "already exists" (``FileExistsError``; or, on SeaweedFS and other S3-compatible servers
-  that answer 412 without a ``Condition`` element, s3fs's ``OSError(EINVAL, 'At least
-  one of the pre-conditions you specified did not hold')``): *ambiguous*, because the
-  client libraries retry a timed-out request on their own, and the retry is answered
-  "already exists" when the first attempt had won.  Settled by reading the object back
-  and comparing its bytes with ours.
-* 409 ``ConditionalRequestConflict`` (a concurrent conditional write to the same key was
-  in flight): our write was not applied; back off and retry.
-* timeouts, dropped connections, 5xx: *ambiguous*, the request may or may not have been
-  applied.  Settled by reading back: our bytes mean we won, other bytes mean we lost, no
-  object means nothing landed, so the create is retried (a delayed duplicate of ours that
-  lands later is itself conditional, so retrying is safe).
+exists-then-write.  A failed create is classified (create_outcome.py) and every doubtful
+outcome settled by reading the object back and comparing its bytes with ours.
 
 Settling by read-back needs every writer's payload for a key to be unique (txlog embeds a
 writer token in every claimed object): two writers racing with identical bytes would both
 be told they won.
 
-Some S3-compatible servers ignore ``If-None-Match`` and overwrite: every writer would then
-win its create.  So before a process first writes to a root (txlog.Log calls
-:meth:`RemoteStore.check_atomic_create`), it probes the server: a second create of one
-key must lose (:meth:`RemoteStore.probe_atomic_create`); a server that fails is refused
-with AtomicCreateUnsupportedError.  A passing verdict is kept in a small object in the
-root, one per endpoint (``_meta/atomic-create/``), so later processes read it instead of
-probing.  The storage option ``txlog_probe_atomic_create: False`` skips the check, for a
-server known to honour the condition where the probe cannot run.
+Before a process first writes to a root, :meth:`RemoteStore.check_atomic_create` makes
+sure the server honours the condition at all (atomic_check.py).  Where the store is and
+how its clients are built is in remote_location.py; listing bounds in listing.py.
 """
 
 from __future__ import annotations
 
-import errno
-import hashlib
-import importlib.util
-import json
 import os
 import random
-import threading
 import time
-import uuid
 from typing import Any
-from urllib.parse import urlparse
 
-from txlog import layout
-from txlog.errors import (
-    AtomicCreateUnsupportedError,
-    ConfigError,
-    ObjectNotFoundError,
-    StorageError,
-)
-from txlog.storage import obstore_s3
+from txlog.errors import AtomicCreateUnsupportedError, ObjectNotFoundError, StorageError
+from txlog.storage import atomic_check, obstore_s3
+from txlog.storage.atomic_check import VERDICT_PREFIX
 from txlog.storage.base import ObjectStore, check_key
+from txlog.storage.create_outcome import (
+    CONFLICT,
+    FATAL,
+    LOST,
+    UNSUPPORTED,
+    classify_create_error,
+    client_error_info,
+    outcome,
+    unreachable,
+)
+from txlog.storage.listing import is_listable, server_start_after, viable_prefix
+from txlog.storage.remote_location import (
+    PROBE_OPTION,
+    check_client_installed,
+    filesystem,
+    locate,
+    pick_client,
+)
 
-#: fsspec protocol for each backend.
-_PROTOCOLS = {"s3": "s3", "gcs": "gcs", "azure": "abfs"}
-_INSTALL_HINT = {"s3": "s3fs", "gcs": "gcsfs", "azure": "adlfs"}
+# Names callers and tests import from here.
+__all__ = ["PROBE_OPTION", "VERDICT_PREFIX", "RemoteStore", "classify_create_error",
+           "server_start_after"]
 
-# s3fs options that do not reach the botocore session: when only these are given, every
-# store of a process shares one AioSession (its parsed service models make new clients
-# cheap; Spark builds a store per task).
-_S3_CLIENT_OPTIONS = frozenset({
-    "anon", "endpoint_url", "key", "secret", "token", "use_ssl", "client_kwargs",
-    "requester_pays", "default_block_size", "default_fill_cache", "default_cache_type",
-    "version_aware", "config_kwargs", "username", "password", "cache_regions",
-    "max_concurrency", "use_listings_cache", "listings_expiry_time", "max_paths",
-    "skip_instance_cache", "s3_additional_kwargs", "fixed_upload_size", "retries",
-})
-_S3_SESSIONS: dict[int, Any] = {}
 _Keys = list[str]  # RemoteStore.list shadows the builtin inside the class body
-
-
-def _shared_s3_session() -> Any:
-    """One aiobotocore session per process (never inherited across fork)."""
-    pid = os.getpid()
-    session = _S3_SESSIONS.get(pid)
-    if session is None:
-        from aiobotocore.session import AioSession
-
-        _S3_SESSIONS.clear()
-        session = _S3_SESSIONS[pid] = AioSession()
-    return session
-
-
-#: The storage option that skips the atomic-create check (the escape hatch).
-PROBE_OPTION = "txlog_probe_atomic_create"
-#: Where a root keeps the verdicts of the check, one object per endpoint.
-VERDICT_PREFIX = layout.ATOMIC_CREATE_VERDICT_PREFIX
-# Verdicts of this process by store identity: "" passed, else the refusal's message.
-_VERDICTS: dict[str, str] = {}
-_VERDICT_LOCK = threading.Lock()
-
-# Outcome classes of a failed conditional create.
-_LOST = "lost"            # the server says an object exists (maybe ours, from a retry)
-_CONFLICT = "conflict"    # 409: concurrent conditional write in flight; ours not applied
-_AMBIGUOUS = "ambiguous"  # may or may not have been applied
-_UNSUPPORTED = "unsupported"
-_FATAL = "fatal"
-
-
-def _client_error_info(exc: BaseException) -> tuple[str, int | None]:
-    """(error code, HTTP status) of the botocore ClientError behind ``exc``, if any."""
-    seen: set[int] = set()
-    cur: BaseException | None = exc
-    while cur is not None and id(cur) not in seen:
-        seen.add(id(cur))
-        response = getattr(cur, "response", None)
-        if isinstance(response, dict):
-            code = str(response.get("Error", {}).get("Code", "") or "")
-            status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-            return code, int(status) if status is not None else None
-        # azure.core HttpResponseError and gcsfs HttpError carry a status directly.
-        for attr in ("status_code", "status", "code"):
-            value = getattr(cur, attr, None)
-            if isinstance(value, int) and 100 <= value < 600:
-                return "", value
-        cur = cur.__cause__ or cur.__context__
-    return "", None
-
-
-def _is_network_error(exc: BaseException) -> bool:
-    if isinstance(exc, (TimeoutError, ConnectionError)):
-        return True
-    try:
-        from botocore.exceptions import HTTPClientError, ResponseParserError
-
-        if isinstance(exc, (HTTPClientError, ResponseParserError)):
-            return True
-    except ImportError:  # pragma: no cover - botocore comes with s3fs
-        pass
-    try:
-        import aiohttp
-
-        if isinstance(exc, aiohttp.ClientError):
-            return True
-    except ImportError:  # pragma: no cover
-        pass
-    try:
-        from fsspec.exceptions import FSTimeoutError
-
-        if isinstance(exc, FSTimeoutError):
-            return True
-    except ImportError:  # pragma: no cover
-        pass
-    return False
-
-
-def classify_create_error(exc: BaseException) -> str:
-    """How a failed conditional create is settled (see the module docstring)."""
-    if isinstance(exc, FileExistsError):
-        return _LOST
-    code, status = _client_error_info(exc)
-    if code == "PreconditionFailed" or status == 412:
-        return _LOST
-    if code == "ConditionalRequestConflict" or status == 409:
-        return _CONFLICT
-    if code == "NotImplemented" or status == 501:
-        return _UNSUPPORTED
-    if code in ("InternalError", "SlowDown", "ServiceUnavailable", "RequestTimeout") or (
-        status is not None and (status >= 500 or status == 408)
-    ):
-        return _AMBIGUOUS
-    if _is_network_error(exc):
-        return _AMBIGUOUS
-    if isinstance(exc, (PermissionError, FileNotFoundError, IsADirectoryError)):
-        return _FATAL
-    if isinstance(exc, OSError):
-        message = str(exc).lower().replace("-", "")
-        if exc.errno == errno.EINVAL and "precondition" in message:
-            return _LOST
-        if "conditionalrequestconflict" in message.replace(" ", ""):
-            return _CONFLICT
-        if exc.errno == errno.ENOSYS:
-            return _UNSUPPORTED
-        if status is not None and 400 <= status < 500:
-            return _FATAL
-        # Unknown I/O trouble: it may have been applied; settle by reading back.
-        return _AMBIGUOUS
-    return _FATAL
 
 
 class RemoteStore(ObjectStore):
@@ -215,61 +81,26 @@ class RemoteStore(ObjectStore):
 
     def __init__(self, url: str, backend: str, storage_options: dict[str, Any]) -> None:
         super().__init__(url)
-        if backend not in _PROTOCOLS:
-            raise AtomicCreateUnsupportedError(
-                f"backend {backend!r} (from {url!r}) is not a remote backend txlog supports; "
-                "use s3://, gs:// or abfs://"
-            )
+        where = locate(url, backend, storage_options)
         self.backend = backend
         self.storage_options = dict(storage_options)
-        parsed = urlparse(url)
-        self._scheme = parsed.scheme
-        netloc, path = parsed.netloc, parsed.path.strip("/")
-        bucket = netloc
-        options = dict(self.storage_options)
-        if backend == "azure" and "@" in netloc:
-            # abfs://container@account.dfs.core.windows.net/path
-            bucket, _, host = netloc.partition("@")
-            options.setdefault("account_name", host.split(".")[0])
-        if not bucket:
-            raise ConfigError(f"store URL {url!r} names no bucket/container")
-        self._url_prefix = f"{parsed.scheme}://{netloc}" + (f"/{path}" if path else "")
-        client_kwargs = options.get("client_kwargs") or {}
-        endpoint = (options.get("endpoint_url") or client_kwargs.get("endpoint_url")
-                    or options.get("account_url") or options.get("account_name") or "")
-        self._endpoint = str(endpoint).rstrip("/").lower()
-        self.bucket = bucket
+        self._url_prefix = where.url_prefix
+        self._endpoint = where.endpoint
+        self.bucket = where.bucket
         #: Key prefix inside the bucket ("" or "some/path/").
-        self.prefix = f"{path}/" if path else ""
-        self.root = f"{bucket}/{path}" if path else bucket
-        options.pop("txlog_client", None)  # txlog's own; see _pick_client
-        probe = options.pop(PROBE_OPTION, True)
-        if not isinstance(probe, bool):
-            raise ConfigError(f"storage option {PROBE_OPTION!r} must be True or False, "
-                              f"not {probe!r}")
+        self.prefix = where.prefix
+        self.root = where.root
         #: False once this store's root is known to refuse a second create (or the
         #: storage options say not to check).
-        self._probe_pending = probe
-        # Listings must always be fresh; never share an instance (or its event-loop-bound
-        # session) with another store, thread pool or forked process.
-        options.setdefault("use_listings_cache", False)
-        options["skip_instance_cache"] = True
-        self._fs_options = options
+        self._probe_pending = where.probe
+        self._fs_options = where.fs_options
         self._fs: Any = None
         self._fs_pid: int | None = None
         self._ob: obstore_s3.ObstoreS3 | None = None
         self._ob_pid: int | None = None
-        self._ob_kwargs = _pick_client(url, backend, self.storage_options)
+        self._ob_kwargs = pick_client(url, backend, self.storage_options)
         self._rng = random.Random()
-        try:
-            import fsspec
-
-            fsspec.get_filesystem_class(_PROTOCOLS[backend])
-        except (ImportError, ValueError) as exc:
-            raise StorageError(
-                f"the {backend} backend needs the {_INSTALL_HINT[backend]} package "
-                f"(pip install 'txlog[{backend}]'): {exc}"
-            ) from exc
+        check_client_installed(backend)
 
     # -- pickling: Spark ships stores to worker processes ------------------------------
 
@@ -285,12 +116,7 @@ class RemoteStore(ObjectStore):
     def fsspec(self) -> Any:
         """The fsspec filesystem, built on first use (and again in a forked child)."""
         if self._fs is None or self._fs_pid != os.getpid():
-            import fsspec
-
-            options = dict(self._fs_options)
-            if self.backend == "s3" and set(options) <= _S3_CLIENT_OPTIONS:
-                options["session"] = _shared_s3_session()
-            self._fs = fsspec.filesystem(_PROTOCOLS[self.backend], **options)
+            self._fs = filesystem(self.backend, self._fs_options)
             self._fs_pid = os.getpid()
         return self._fs
 
@@ -346,25 +172,25 @@ class RemoteStore(ObjectStore):
                     fs.pipe_file(path, data, mode="create")
             except Exception as exc:
                 last = exc
-                kind = _outcome(exc, fast)
+                kind = outcome(exc, fast)
                 self._check_reachable(exc, deadline)
             else:
                 return True
-            if kind == _UNSUPPORTED:
+            if kind == UNSUPPORTED:
                 raise AtomicCreateUnsupportedError(
                     f"backend {self.backend!r} at {self.url} refused a conditional create "
                     f"(If-None-Match / ifGenerationMatch): {last!r}; txlog needs an atomic "
                     "create-if-absent and will not fall back to check-then-write"
                 ) from last
-            if kind == _FATAL:
+            if kind == FATAL:
                 raise self._fail("conditional create", key, last) from last
-            if kind == _CONFLICT:
+            if kind == CONFLICT:
                 self._backoff(attempt)
                 continue
             current = self._read_back(key, path, deadline)
             if current is not None:
                 return current == data
-            if kind == _LOST:
+            if kind == LOST:
                 # The server saw an object there, and it has gone since: not ours.
                 return False
             # Ambiguous and nothing there: our request did not land (yet).  A late
@@ -377,7 +203,7 @@ class RemoteStore(ObjectStore):
 
     def _check_reachable(self, exc: BaseException, deadline: float) -> None:
         """Give up once the server could not be reached for connect_timeout_s."""
-        if time.monotonic() >= deadline and _unreachable(exc):
+        if time.monotonic() >= deadline and unreachable(exc):
             raise StorageError(
                 f"cannot connect to the {self.backend} store {self.identity}: no connection "
                 f"for {self.connect_timeout_s:g} s ({' '.join(repr(exc).split())[:300]}); "
@@ -399,7 +225,7 @@ class RemoteStore(ObjectStore):
             except Exception as exc:
                 self.counter.add("get")
                 last = exc
-                if _outcome(exc, fast) in (_FATAL, _UNSUPPORTED):
+                if outcome(exc, fast) in (FATAL, UNSUPPORTED):
                     break
                 self._check_reachable(exc, deadline)
                 self._backoff(attempt)
@@ -459,7 +285,7 @@ class RemoteStore(ObjectStore):
             raise ObjectNotFoundError(f"object {self._where(key)} not found") from None
         except Exception as exc:
             self.counter.add("get_range")
-            code, status = _client_error_info(exc)
+            code, status = client_error_info(exc)
             status = status or obstore_s3.http_status(exc)
             text = str(exc).lower()
             if status == 416 or code == "InvalidRange" or "invalidrange" in text \
@@ -511,7 +337,7 @@ class RemoteStore(ObjectStore):
             raise self._fail("delete", key, exc) from exc
 
     def list(self, prefix: str, start_after: str | None = None) -> list[str]:
-        if not _viable_prefix(prefix):
+        if not viable_prefix(prefix):
             # No valid key starts with it ('/', 'a//', 'a/.'); servers would normalise
             # such a prefix into a different one.
             self.counter.add("list")
@@ -520,7 +346,7 @@ class RemoteStore(ObjectStore):
             keys = self._list_s3(prefix, start_after)
         else:
             keys = self._list_find(prefix, start_after)
-        keys = [k for k in keys if _is_listable(k)]
+        keys = [k for k in keys if is_listable(k)]
         keys.sort()
         return keys
 
@@ -609,44 +435,16 @@ class RemoteStore(ObjectStore):
     # -- configuration check ---------------------------------------------------------
 
     def _verdict_key(self) -> str:
-        # One per endpoint: a proxy in front of the same bucket may behave otherwise.
-        return f"{VERDICT_PREFIX}{hashlib.sha256(self.identity.encode()).hexdigest()[:32]}.json"
+        return atomic_check.verdict_key(self.identity)
 
     def check_atomic_create(self) -> None:
         """Once per root and process: the stored verdict, else the probe (whose passing
         verdict is then stored); raises AtomicCreateUnsupportedError if it failed."""
         if not self._probe_pending:
             return
-        with _VERDICT_LOCK:
-            known = _VERDICTS.get(self.identity)
-            if known is None:
-                known = self._stored_verdict()
-                if known is None:
-                    try:
-                        self.probe_atomic_create()
-                    except AtomicCreateUnsupportedError as exc:
-                        _VERDICTS[self.identity] = str(exc)
-                        raise
-                    known = ""
-                    body = {"v": 1, "verdict": "atomic", "checked_ms": int(time.time() * 1000),
-                            "endpoint": self._endpoint}
-                    try:
-                        self.put(self._verdict_key(), json.dumps(body).encode())
-                    except StorageError:
-                        pass  # (read-only elsewhere: the next process probes again)
-                _VERDICTS[self.identity] = known
-        if known:
-            raise AtomicCreateUnsupportedError(known)
+        atomic_check.check(self, identity=self.identity, endpoint=self._endpoint,
+                           probe=self.probe_atomic_create)
         self._probe_pending = False
-
-    def _stored_verdict(self) -> str | None:
-        """"" when the root holds a passing verdict for this endpoint, else None."""
-        try:
-            d = json.loads(self.get(self._verdict_key()))
-        except (KeyError, ValueError, UnicodeDecodeError):
-            return None
-        ok = isinstance(d, dict) and d.get("v") == 1 and d.get("verdict") == "atomic"
-        return "" if ok else None
 
     def probe_atomic_create(self) -> None:
         """Create a probe object twice; refuse a server where the second create also wins.
@@ -654,131 +452,5 @@ class RemoteStore(ObjectStore):
         Some S3-compatible servers silently ignore ``If-None-Match``; on those every
         writer would "win" and txlog's guarantees would be void.
         """
-        key = f"_probe/{uuid.uuid4().hex}"
-        first = f"txlog atomic-create probe {key} writer 1".encode()
-        second = f"txlog atomic-create probe {key} writer 2".encode()
-        try:
-            if not self._put_if_absent(key, first):
-                raise AtomicCreateUnsupportedError(
-                    f"backend {self.backend!r} at {self.url}: a conditional create of the "
-                    f"fresh probe key {key!r} did not succeed"
-                )
-            if self._put_if_absent(key, second):
-                raise AtomicCreateUnsupportedError(
-                    f"backend {self.backend!r} at {self.url} ignores conditional creates "
-                    "(If-None-Match: *): a second create of the same key also succeeded. "
-                    "txlog needs an atomic create-if-absent; use a server that supports it "
-                    f"(storage option {PROBE_OPTION}=False skips this check, for a server "
-                    "known to honour the condition that this probe misjudges)"
-                )
-        finally:
-            try:
-                self.delete(key)
-            except StorageError:
-                pass
-
-
-_UNREACHABLE_TYPES = ("EndpointConnectionError", "ConnectTimeoutError", "ConnectTimeout",
-                      "ClientConnectorError", "ServerTimeoutError", "NewConnectionError")
-_UNREACHABLE_TEXT = ("connection refused", "error sending request", "tcp connect error",
-                     "dns error", "failed to lookup address", "could not connect",
-                     "name or service not known", "connect timeout")
-
-
-def _unreachable(exc: BaseException) -> bool:
-    """Whether ``exc`` (or an exception it wraps) says the server could not be reached."""
-    seen: set[int] = set()
-    e: BaseException | None = exc
-    while e is not None and id(e) not in seen:
-        seen.add(id(e))
-        if isinstance(e, (ConnectionRefusedError, ConnectionAbortedError)) \
-                or type(e).__name__ in _UNREACHABLE_TYPES:
-            return True
-        text = str(e).lower()
-        if any(t in text for t in _UNREACHABLE_TEXT):
-            return True
-        e = e.__cause__ or e.__context__
-    return False
-
-
-def _outcome(exc: BaseException, fast: obstore_s3.ObstoreS3 | None) -> str:
-    """How a failed conditional create is settled, by the client that raised it."""
-    return obstore_s3.create_outcome(exc) if fast is not None else classify_create_error(exc)
-
-
-def _pick_client(url: str, backend: str, options: dict[str, Any]) -> dict[str, Any] | None:
-    """obstore's store arguments when obstore serves this store, else None (s3fs/gcsfs/
-    adlfs).  The storage option ``txlog_client`` picks: "auto" (default: obstore for S3
-    when it is installed and the options allow), "obstore" (an error if it cannot) or
-    "s3fs"."""
-    choice = options.get("txlog_client", "auto")
-    if choice not in ("auto", "obstore", "s3fs"):
-        raise ConfigError(f"storage option 'txlog_client' must be 'auto', 'obstore' or "
-                          f"'s3fs', not {choice!r}")
-    if choice == "s3fs" or backend != "s3":
-        if choice == "obstore":
-            raise ConfigError(f"storage option txlog_client='obstore' applies to s3:// "
-                              f"stores only, not {url!r}")
-        return None
-    rest = {k: v for k, v in options.items() if k not in ("txlog_client", PROBE_OPTION)}
-    kwargs = obstore_s3.store_kwargs(rest) if importlib.util.find_spec("obstore") else None
-    if kwargs is None and choice == "obstore":
-        raise ConfigError(
-            f"storage option txlog_client='obstore' cannot serve {url!r}: "
-            + ("obstore is not installed (pip install obstore)"
-               if not importlib.util.find_spec("obstore") else
-               "its storage options have no obstore equivalent, or no region is set "
-               "(client_kwargs.region_name or AWS_REGION); use 'auto' or 's3fs'"))
-    return kwargs
-
-
-def server_start_after(prefix: str, start_after: str) -> str | None:
-    """A StartAfter for ListObjectsV2 that filer-backed S3 servers also honour exactly.
-
-    SeaweedFS stores objects in a directory tree and resumes a listing "after entry name
-    X" in each directory, comparing a directory by its bare name ``d`` rather than as
-    ``d/``.  So a StartAfter equal to a directory's path (``log/000000``), or one in
-    which such a name is followed by a character sorting below ``/`` (``log-x`` when
-    ``log/`` exists), silently skips that whole directory.  This returns a bound at or
-    before ``start_after`` that cannot trigger it: the path is cut within the first
-    component holding a character below ``/`` (or within the last component), one
-    character before that point.  The caller filters ``key > start_after`` itself; the
-    cost is a few extra entries (``.../00000000123`` for ``.../000000001234.json``).
-    Returns None when no bound is needed.
-    """
-    base = prefix[: prefix.rfind("/") + 1]  # the deepest directory the prefix names
-    if not start_after.startswith(base):
-        # Either every key under the prefix sorts after start_after (no bound needed) or
-        # none does (the caller checks that case).
-        return None
-    parts = start_after[len(base):].split("/")
-    for i, part in enumerate(parts):
-        below = next((j for j, ch in enumerate(part) if ch < "/"), None)
-        if below is None and i < len(parts) - 1:
-            continue  # a plain directory component: safe to resume inside it
-        cut = len(part) if below is None else below
-        bound = base + "".join(p + "/" for p in parts[:i]) + part[: max(cut - 1, 0)]
-        return bound or None
-    return None  # pragma: no cover - the loop always returns at the last part
-
-
-def _viable_prefix(prefix: str) -> bool:
-    """Whether some valid key starts with ``prefix`` (exactly when ``prefix + 'x'`` is one)."""
-    if not prefix:
-        return True
-    try:
-        check_key(prefix + "x")
-    except ValueError:
-        return False
-    return True
-
-
-def _is_listable(key: str) -> bool:
-    """Skip directory markers and keys txlog could never have written."""
-    if not key or key.endswith("/"):
-        return False
-    try:
-        check_key(key)
-    except ValueError:
-        return False
-    return True
+        atomic_check.probe(self._put_if_absent, self.delete,
+                           where=f"backend {self.backend!r} at {self.url}")

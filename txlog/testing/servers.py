@@ -15,7 +15,7 @@ Findings with SeaweedFS 4.48 (``weed mini``) + s3fs 2026.9.0:
   pre-conditions you specified did not hold')`` (AWS's answer becomes FileExistsError);
 * ListObjectsV2 ``StartAfter`` equal to a "directory" (``log/000000``), or a directory
   name followed by a character below ``/`` (``log-x`` with ``log/`` present), skips that
-  whole directory; txlog.storage.remote.server_start_after works around it;
+  whole directory; txlog.storage.listing.server_start_after works around it;
 * concurrent conditional creates of ONE key are slow: contended requests wait in about
   1 s steps server-side (distinct keys, and plain puts of one key, are fast);
 * the admin server starts even with ``-admin.ui=false``, and the built-in maintenance
