@@ -36,18 +36,21 @@ import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from txlog.errors import ConfigError, StorageError
 from txlog.storage.base import ObjectStore
+from txlog.testing.delegating import DelegatingStore
 
 #: Operation kinds faults can be configured for.
 OPS = ("put_if_absent", "put", "get", "get_range", "list", "delete", "size")
 #: Kinds of injected fault, as they appear in :attr:`FaultyStore.injected` keys.
 FAULT_KINDS = ("latency", "error_before", "error_after", "lost_response")
 ERROR_STYLES = ("storage", "os", "mixed")
+
+_T = TypeVar("_T")
 
 
 class InjectedStorageError(StorageError):
@@ -102,23 +105,17 @@ def _rates_table(rates: FaultRates | Mapping[str, FaultRates] | None) -> dict[st
     return {op: rates.get(op, default) for op in OPS}
 
 
-class FaultyStore(ObjectStore):
+class FaultyStore(DelegatingStore):
     """Wraps ``inner``; injects faults per operation kind with a seeded generator."""
 
     def __init__(self, inner: ObjectStore, seed: int = 0,
                  rates: FaultRates | Mapping[str, FaultRates] | None = None, *,
                  stream: str = "", error_style: str = "storage",
                  lost_response_ms: float = 50.0, enabled: bool = True) -> None:
-        super().__init__(inner.url)
+        super().__init__(inner)
         if error_style not in ERROR_STYLES:
             raise ConfigError(
                 f"error_style must be one of {ERROR_STYLES}, not {error_style!r}")
-        self.inner = inner
-        self.backend = inner.backend
-        # Callers pick strategies (e.g. parallel reads) by the capabilities.
-        self.local_requests = inner.local_requests
-        self.local_files = inner.local_files
-        self.counter = inner.counter
         self.seed = seed
         self.stream = stream
         self.rates = _rates_table(rates)
@@ -228,7 +225,7 @@ class FaultyStore(ObjectStore):
             return InjectedTimeout(msg)
         return InjectedStorageError(msg)
 
-    def _call(self, op: str, key: str, fn: Any, *args: Any) -> Any:
+    def _call(self, op: str, key: str, fn: Callable[..., _T], *args: Any) -> _T:
         delay, fault, style = self._draw(op, key)
         if delay:
             time.sleep(delay)
@@ -243,43 +240,7 @@ class FaultyStore(ObjectStore):
             raise self._error(op, key, fault, style)
         return result
 
-    # -- the ObjectStore contract, delegated ----------------------------------------------
-
-    def put_if_absent(self, key: str, data: bytes) -> bool:
-        return bool(self._call("put_if_absent", key, self.inner.put_if_absent, key, data))
-
-    def probe_atomic_create(self) -> None:
-        self.inner.probe_atomic_create()
+    # -- delegated too: a Log on this store checks the inner store ------------------------
 
     def check_atomic_create(self) -> None:
         self.inner.check_atomic_create()
-
-    def put(self, key: str, data: bytes) -> None:
-        self._call("put", key, self.inner.put, key, data)
-
-    def put_new(self, key: str, data: bytes) -> None:
-        self._call("put", key, self.inner.put_new, key, data)
-
-    def get(self, key: str) -> bytes:
-        return bytes(self._call("get", key, self.inner.get, key))
-
-    def get_range(self, key: str, start: int, end: int) -> bytes:
-        return bytes(self._call("get_range", key, self.inner.get_range, key, start, end))
-
-    def list(self, prefix: str, start_after: str | None = None) -> list[str]:
-        return list(self._call("list", prefix, self.inner.list, prefix, start_after))
-
-    def delete(self, key: str) -> None:
-        self._call("delete", key, self.inner.delete, key)
-
-    def size(self, key: str) -> int:
-        return int(self._call("size", key, self.inner.size, key))
-
-    def full_path(self, key: str) -> str:
-        return self.inner.full_path(key)
-
-    def fsspec(self) -> Any:
-        return self.inner.fsspec()
-
-    def fs_path(self, key: str) -> str:
-        return self.inner.fs_path(key)

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from txlog.storage.base import ObjectStore
+from txlog.testing.delegating import DelegatingStore
 
 #: Request kinds, as :attr:`Request.kind` names them.
 KINDS = ("put_if_absent", "put", "get", "get_range", "list", "delete", "head")
@@ -72,19 +73,16 @@ def _site(depth: int) -> str:
     return " < ".join(frames)
 
 
-class TimelineStore(ObjectStore):
+class TimelineStore(DelegatingStore):
     """Wraps ``inner`` and records every request made through it (thread-safe).
 
     ``sites=False`` skips recording the calling code (a few microseconds per request).
     """
 
+    size_kind = "head"
+
     def __init__(self, inner: ObjectStore, *, sites: bool = True) -> None:
-        super().__init__(inner.url)
-        self.inner = inner
-        self.backend = inner.backend
-        self.local_requests = inner.local_requests
-        self.local_files = inner.local_files
-        self.counter = inner.counter
+        super().__init__(inner)
         self.sites = sites
         self._lock = threading.Condition()
         self._requests: list[Request] = []
@@ -150,44 +148,6 @@ class TimelineStore(ObjectStore):
                     return False
                 wait = (quiet - (now - self._last_end)) if self._in_flight == 0 else quiet
                 self._lock.wait(timeout=max(0.001, min(wait, deadline - now)))
-
-    # -- the ObjectStore contract, delegated ----------------------------------------------
-
-    def put_if_absent(self, key: str, data: bytes) -> bool:
-        return bool(self._call("put_if_absent", key, self.inner.put_if_absent, key, data))
-
-    def probe_atomic_create(self) -> None:
-        self.inner.probe_atomic_create()
-
-    def put(self, key: str, data: bytes) -> None:
-        self._call("put", key, self.inner.put, key, data)
-
-    def put_new(self, key: str, data: bytes) -> None:
-        self._call("put", key, self.inner.put_new, key, data)
-
-    def get(self, key: str) -> bytes:
-        return bytes(self._call("get", key, self.inner.get, key))
-
-    def get_range(self, key: str, start: int, end: int) -> bytes:
-        return bytes(self._call("get_range", key, self.inner.get_range, key, start, end))
-
-    def list(self, prefix: str, start_after: str | None = None) -> list[str]:
-        return list(self._call("list", prefix, self.inner.list, prefix, start_after))
-
-    def delete(self, key: str) -> None:
-        self._call("delete", key, self.inner.delete, key)
-
-    def size(self, key: str) -> int:
-        return int(self._call("head", key, self.inner.size, key))
-
-    def full_path(self, key: str) -> str:
-        return self.inner.full_path(key)
-
-    def fsspec(self) -> Any:
-        return self.inner.fsspec()
-
-    def fs_path(self, key: str) -> str:
-        return self.inner.fs_path(key)
 
 
 # -- the accounting (pure) -----------------------------------------------------------------
