@@ -57,6 +57,23 @@ def is_expected(exc: BaseException) -> bool:
     return isinstance(exc, (TxlogError, InjectedTimeout))
 
 
+def try_abort(prod: Any) -> bool:
+    """Abort ``prod``'s transaction; whether that worked (a fault may have broken it)."""
+    try:
+        prod.abort_transaction()
+    except Exception:
+        return False
+    return True
+
+
+def close_quietly(client: Any) -> None:
+    """Close ``client``, whatever state a fault left it in."""
+    try:
+        client.close()
+    except Exception:
+        pass
+
+
 def fault_rates(spec: dict[str, Any] | None, scale: float = 1.0) -> dict[str, FaultRates]:
     """FaultRates per operation kind; ``scale`` multiplies the error probabilities."""
     out = {}
@@ -241,10 +258,7 @@ class Worker:
         t2.start()
         nxt = self.producer_txn(new, self.next_txn_no(), mode="commit")
         t2.join()
-        try:
-            old.close()
-        except Exception:
-            pass
+        close_quietly(old)
         return nxt
 
     def producer_txn(self, prod: Any, n: int, mode: str | None = None,
@@ -336,19 +350,11 @@ class Worker:
                 else:
                     self.rec.complete(oid, "txn", "ok", {"commit_after_error": repr(exc)})
                     return nxt
-            aborted = False
-            try:
-                prod.abort_transaction()
-                aborted = True
-            except Exception:
-                pass
+            aborted = try_abort(prod)
             self.fail(oid, "txn", exc, {"abort_after_error": aborted},
                       "fail" if definite or aborted else "info")
             if not aborted or nxt is not prod:
-                try:
-                    prod.close()
-                except Exception:
-                    pass
+                close_quietly(prod)
                 return None if nxt is prod else nxt
             return prod
         self.rec.complete(oid, "txn", "ok", {**self.acks(futures), "next_epoch": prod.epoch})
@@ -520,20 +526,12 @@ class Worker:
                 prod.commit_transaction()
             except Exception as exc:
                 self._fenced |= isinstance(exc, ProducerFencedError)
-                aborted = False
-                try:
-                    prod.abort_transaction()
-                    aborted = True
-                except Exception:
-                    pass
+                aborted = try_abort(prod)
                 self.fail(oid, "txn", exc, {"abort_after_error": aborted},
                           "fail" if aborted or isinstance(exc, DEFINITE_ABORT) else "info")
                 cons = None  # start again from the committed offset
                 if not aborted:
-                    try:
-                        prod.close()
-                    except Exception:
-                        pass
+                    close_quietly(prod)
                     prod = None
                 continue
             self.rec.complete(oid, "txn", "ok", self.acks(futures))
