@@ -173,8 +173,9 @@ def add_partitions(cur: TxnRecord | None, facts: Facts, *, txn_id: str, producer
     """AddPartitionsToTxn: register ``wanted`` with the owner's transaction (opening it
     if none is open)."""
     err = owner_error(txn_id, cur, producer_id, epoch)
-    if err is not None or cur is None:
-        return Fail(err or InvalidTxnStateError(f"no record of {txn_id!r}"))
+    if err is not None:
+        return Fail(err)
+    assert cur is not None  # (owner_error refuses a missing record)
     now = facts.now
     if cur.state in PREPARING:
         if cur.state == PREPARE_ABORT and cur.abort_reason == "timeout":
@@ -212,8 +213,9 @@ def end_txn(cur: TxnRecord | None, facts: Facts, *, txn_id: str, producer_id: in
         return Fail(ProducerFencedError(
             f"transaction of {txn_id!r} was aborted by another client (fenced)"))
     err = owner_error(txn_id, cur, producer_id, epoch)
-    if err is not None or cur is None:
-        return Fail(err or InvalidTxnStateError(f"no record of {txn_id!r}"))
+    if err is not None:
+        return Fail(err)
+    assert cur is not None  # (owner_error refuses a missing record)
     if not {(a.topic, a.partition) for a in pending} <= set(cur.partitions):
         if not facts.fresh:
             return Reread()
