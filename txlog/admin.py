@@ -31,10 +31,9 @@ from txlog.offsets import decode_offset_key, decode_offset_value, offset_record_
 from txlog.partition_state import READ_COMMITTED, STATUS_NAMES, PartitionState
 from txlog.records import TopicPartition, now_ms
 from txlog.txn_state import (
+    COMMITTED,
     COMPLETE,
     ONGOING,
-    PREPARE_ABORT,
-    PREPARE_COMMIT,
     PREPARING,
     TxnRecord,
 )
@@ -240,35 +239,17 @@ def find_hanging(txlog: Log, *, topics: Iterable[str] | None = None,
 def abort_transaction(txlog: Log, txn_id: str, *, reason: str = "admin") -> dict[str, Any]:
     """End ``txn_id``'s open transaction: fence its producer and abort (as a newer
     instance's init_transactions() would), or roll a Prepare* forward to its decision."""
-    coord = txlog.coordinator
-    part = coord.state_log.partition_for(txn_id)
-    while True:
-        part.refresh()
-        cur = part.get(txn_id)
-        if cur is None:
-            raise TransactionalIdNotFoundError(
-                f"no transactional.id {txn_id!r} in {txlog.url}")
-        if cur.state in PREPARING:
-            committed = cur.state == PREPARE_COMMIT
-            coord._complete(cur)
-            return {"transactional_id": txn_id, "producer_id": cur.producer_id,
-                    "producer_epoch": cur.epoch,
-                    "action": "committed (rolled PrepareCommit forward; the decision was "
-                              "already made)" if committed else "aborted (rolled "
-                              "PrepareAbort forward)",
-                    "partitions": [f"{t}-{p}" for t, p in cur.partitions]}
-        if cur.state == ONGOING:
-            prep = cur.transition(PREPARE_ABORT, abort_reason=reason, last_update_ms=now_ms())
-            if part.compare_and_set(txn_id, cur, prep):
-                coord._complete(prep)
-                return {"transactional_id": txn_id, "producer_id": cur.producer_id,
-                        "producer_epoch": cur.epoch,
-                        "action": "aborted (producer fenced)",
-                        "partitions": [f"{t}-{p}" for t, p in cur.partitions]}
-            continue
-        raise InvalidTxnStateError(
-            f"transactional.id {txn_id!r} has no open transaction (state {cur.state}); "
-            "nothing to abort")
+    end = txlog.coordinator.abort_open(txn_id, reason=reason)
+    if not end.rolled_forward:
+        action = "aborted (producer fenced)"
+    elif end.outcome == COMMITTED:
+        action = "committed (rolled PrepareCommit forward; the decision was already made)"
+    else:
+        action = "aborted (rolled PrepareAbort forward)"
+    partitions = end.prep.partitions if end.prep is not None else ()
+    return {"transactional_id": txn_id, "producer_id": end.producer_id,
+            "producer_epoch": end.epoch, "action": action,
+            "partitions": [f"{t}-{p}" for t, p in partitions]}
 
 
 def abort_partition_txn(txlog: Log, tp: TopicPartition, *, producer_id: int | None = None,

@@ -1,12 +1,12 @@
 """The transaction coordinator, run in-process by any client.
 
-Each operation reads the transactional.id's record from the state log, decides the next
-record with the pure state machine (:mod:`txlog.txn_state`), and persists it with a
-compare-and-set on the state log before acting on it.  EndTxn is Prepare*, then markers
-to every registered partition, then Complete* with the epoch bumped; a commit's Complete*
-may instead be the next transaction's first Ongoing record (:meth:`complete_into_next`).
-Anyone who meets a transaction in Prepare* rolls it forward; one past its timeout is
-fenced and aborted.
+Each operation is one run of the state log's read-decide-write loop
+(:meth:`txlog.state_log.StateLogPartition.run`) with a pure decision of
+:mod:`txlog.txn_decide`: the next record is persisted with a compare-and-set before it
+is acted on.  EndTxn is Prepare*, then markers to every registered partition, then
+Complete* with the epoch bumped (:class:`txlog.txn_markers.TxnCompleter`, which this
+class is); every end comes back as a :class:`txlog.txn_state.TxnEnd`.  Anyone who meets
+a transaction in Prepare* rolls it forward; one past its timeout is fenced and aborted.
 """
 
 from __future__ import annotations
@@ -15,36 +15,25 @@ import logging
 import threading
 import time
 from collections.abc import Iterable
+from functools import partial
 from typing import TYPE_CHECKING
 
+from txlog import txn_decide as decide
 from txlog.crashpoints import crashpoint
-from txlog.errors import (
-    InvalidTxnStateError,
-    ProducerFencedError,
-    TransactionTimeoutError,
-)
-from txlog.fanout import fan_out
-from txlog.model import ABORT, COMMIT
-from txlog.partition_log import AppendSpec
 from txlog.producer_ids import ProducerIdAllocator
 from txlog.records import TopicPartition, now_ms
-from txlog.state_log import StateLog, StateLogPartition
+from txlog.state_log import StateLog
 from txlog.store_clock import StoreClock
+from txlog.txn_markers import TxnCompleter
 from txlog.txn_state import (
     COMPLETE,
-    COMPLETE_ABORT,
-    COMPLETE_COMMIT,
     DEAD,
-    EMPTY,
     ONGOING,
-    PREPARE_ABORT,
-    PREPARE_COMMIT,
     PREPARING,
     PendingAppend,
+    TxnEnd,
     TxnRecord,
-    bump_epoch,
     check_timeout,
-    needs_new_producer_id,
 )
 
 if TYPE_CHECKING:
@@ -59,7 +48,7 @@ def max_transaction_timeout_ms(txlog: Root) -> int:
     return int(txlog.root_settings()["transaction.max.timeout.ms"])
 
 
-class Coordinator:
+class Coordinator(TxnCompleter):
     def __init__(self, txlog: Root) -> None:
         self.log = txlog
         self.state_log = StateLog(txlog.store, txlog.config["transaction.state.log.num.partitions"])
@@ -114,32 +103,11 @@ class Coordinator:
     def init_producer_id(self, txn_id: str, timeout_ms: int) -> tuple[int, int]:
         """Fence any earlier instance and return this instance's (producer id, epoch)."""
         check_timeout(timeout_ms, max_transaction_timeout_ms(self.log))
-        part = self.state_log.partition_for(txn_id)
-        while True:
-            part.refresh()
-            cur = part.get(txn_id)
-            now = now_ms()
-            if cur is None or cur.state == DEAD:
-                new = TxnRecord(txn_id, self.pids.allocate(), 0, EMPTY, timeout_ms,
-                                last_update_ms=now)
-            elif cur.state in PREPARING:
-                self._complete(cur)
-                continue
-            elif cur.state == ONGOING:
-                # A previous instance's transaction is open: fence it and abort it.
-                prep = cur.transition(PREPARE_ABORT, abort_reason="fenced", last_update_ms=now)
-                if part.compare_and_set(txn_id, cur, prep):
-                    self._complete(prep)
-                continue
-            else:  # Empty, Complete*, Dead
-                pid, epoch = bump_epoch(cur, self._fresh_pid_if(needs_new_producer_id(cur)))
-                new = TxnRecord(txn_id, pid, epoch, EMPTY, timeout_ms, (), 0, now,
-                                cur.producer_id, cur.epoch, cur.abort_reason)
-            if part.compare_and_set(txn_id, cur, new):
-                return new.producer_id, new.epoch
-
-    def _fresh_pid_if(self, needed: bool) -> int | None:
-        return self.pids.allocate() if needed else None
+        new = self.state_log.partition_for(txn_id).run(
+            txn_id, partial(decide.init_producer_id, txn_id=txn_id, timeout_ms=timeout_ms),
+            complete=self.complete, new_producer_id=self.pids.allocate)
+        assert isinstance(new, TxnRecord)
+        return new.producer_id, new.epoch
 
     # -- AddPartitionsToTxn / AddOffsetsToTxn ------------------------------------------
 
@@ -147,246 +115,67 @@ class Coordinator:
                        tps: Iterable[TopicPartition]) -> None:
         """Register partitions with the transaction before the first write to them."""
         wanted = tuple(sorted({(tp.topic, tp.partition) for tp in tps}))
-        part = self.state_log.partition_for(txn_id)
-        fresh = False
-        while True:
-            cur, fresh = self._current(part, txn_id, producer_id, epoch, fresh)
-            self._check_owner(txn_id, cur, producer_id, epoch)
-            assert cur is not None
-            now = now_ms()
-            if cur.state in PREPARING:
-                self._complete(cur)
-                if cur.state == PREPARE_ABORT and cur.abort_reason == "timeout":
-                    raise self._timeout_error(txn_id)
-                raise InvalidTxnStateError(
-                    f"transaction of {txn_id!r} is completing; begin a new one first")
-            if cur.state == ONGOING:
-                if self.expired(cur, owner=True):
-                    self.abort_if_expired(txn_id)
-                    raise self._timeout_error(txn_id)
-                merged = tuple(sorted(set(cur.partitions) | set(wanted)))
-                if merged == cur.partitions:
-                    if not fresh:  # decide "nothing to write" on a fresh read only
-                        fresh = True
-                        continue
-                    return
-                new = cur.transition(ONGOING, partitions=merged, last_update_ms=now)
-            elif cur.state in COMPLETE:
-                new = cur.transition(ONGOING, partitions=wanted, txn_start_ms=now,
-                                     last_update_ms=now, abort_reason="")
-            else:
-                raise InvalidTxnStateError(
-                    f"transactional.id {txn_id!r} is {cur.state}; call init_transactions()")
-            if part.compare_and_set(txn_id, cur, new):
-                crashpoint("after_add_partitions")
-                return
-            fresh = True
+        written = self.state_log.partition_for(txn_id).run(
+            txn_id, partial(decide.add_partitions, txn_id=txn_id, producer_id=producer_id,
+                            epoch=epoch, wanted=wanted),
+            complete=self.complete, expire=partial(self.abort_if_expired, txn_id),
+            expired=self._owner_expired, owner=(producer_id, epoch))
+        if written is not None:
+            crashpoint("after_add_partitions")
 
-    @staticmethod
-    def _current(part: StateLogPartition, txn_id: str, producer_id: int, epoch: int,
-                 fresh: bool) -> tuple[TxnRecord | None, bool]:
-        """The transaction's record, and whether it was just read from the store.
-
-        The owner's own cached record is trusted for a decision that ends in a
-        compare-and-set: the put-if-absent of the next slot fails if anyone wrote since,
-        and then the loop re-reads.  That saves a list per AddPartitions and EndTxn.
-        Anything else (another owner, a state the owner did not leave it in) is re-read.
-        """
-        if not fresh and part.loaded:
-            cur = part.get(txn_id)
-            if cur is not None and (cur.producer_id, cur.epoch) == (producer_id, epoch) \
-                    and (cur.state == ONGOING or cur.state in COMPLETE):
-                return cur, False
-        part.refresh()
-        return part.get(txn_id), True
+    def _owner_expired(self, rec: TxnRecord) -> bool:
+        return self.expired(rec, owner=True)
 
     # -- EndTxn ------------------------------------------------------------------------
 
-    def end_txn(self, txn_id: str, producer_id: int, epoch: int, commit: bool,
-                ) -> tuple[int, int]:
-        """Commit or abort; returns the producer's (id, epoch) for its next transaction."""
-        step = self.prepare_end(txn_id, producer_id, epoch, commit)
-        return step if isinstance(step, tuple) else self.complete(step)
+    def end_txn(self, txn_id: str, producer_id: int, epoch: int, commit: bool) -> TxnEnd:
+        """Commit or abort, markers and Complete* included; the end's next_id is the
+        producer's (id, epoch) for its next transaction."""
+        end = self.prepare_end(txn_id, producer_id, epoch, commit)
+        return end if end.prep is None or end.completed else self.complete(end.prep)
 
     def prepare_end(self, txn_id: str, producer_id: int, epoch: int, commit: bool,
-                    pending: tuple[PendingAppend, ...] = ()) -> tuple[int, int] | TxnRecord:
-        """EndTxn up to its decision.  Returns the persisted Prepare* record, which
-        :meth:`complete` then rolls forward (the outcome is decided once it is durable,
-        as Kafka answers EndTxn before its markers are written), or the producer's next
-        (id, epoch) when there is nothing left to complete.
+                    pending: tuple[PendingAppend, ...] = ()) -> TxnEnd:
+        """EndTxn up to its decision.  Returns the end decided by the persisted Prepare*
+        record (``prep``), which :meth:`complete` then rolls forward (the outcome is
+        decided once it is durable, as Kafka answers EndTxn before its markers are
+        written), or a completed end when there is nothing left to complete.
 
         ``pending`` (a commit only) names written batch objects that no entry appended
         yet: the PrepareCommit record carries them, and its COMMIT markers append them
         (one entry per partition), so the decision waits for no DATA entry.  Their
         partitions must be registered already."""
         assert commit or not pending
-        part = self.state_log.partition_for(txn_id)
-        fresh = False
-        while True:
-            cur, fresh = self._current(part, txn_id, producer_id, epoch, fresh)
-            now = now_ms()
-            ended = ended_as(cur, producer_id, epoch)
-            if cur is not None and ended is not None:
-                # The transaction already ended: our own retry, or a timeout abort.
-                if (ended == "commit") == commit:
-                    return cur.producer_id, cur.epoch
-                if cur.abort_reason == "timeout":
-                    raise self._timeout_error(txn_id)
-                raise ProducerFencedError(
-                    f"transaction of {txn_id!r} was aborted by another client (fenced)")
-            self._check_owner(txn_id, cur, producer_id, epoch)
-            assert cur is not None
-            if not {(a.topic, a.partition) for a in pending} <= set(cur.partitions):
-                if not fresh:
-                    fresh = True
-                    continue
-                raise InvalidTxnStateError(  # (a producer bug: registration comes first)
-                    f"transaction of {txn_id!r} would append to unregistered partitions")
-            if cur.state == EMPTY or (cur.state in COMPLETE and not cur.partitions):
-                if not fresh:
-                    fresh = True
-                    continue
-                return producer_id, epoch  # nothing was written: nothing to end
-            if cur.state in PREPARING:
-                if (cur.state == PREPARE_COMMIT) != commit:
-                    if cur.abort_reason == "timeout":
-                        self._complete(cur)
-                        raise self._timeout_error(txn_id)
-                    raise InvalidTxnStateError(
-                        f"transaction of {txn_id!r} is already {cur.state}")
-                return cur
-            if cur.state != ONGOING:
-                raise InvalidTxnStateError(f"transaction of {txn_id!r} is {cur.state}")
-            if commit and self.expired(cur, owner=True):
-                self.abort_if_expired(txn_id)
-                raise self._timeout_error(txn_id)
-            prep = cur.transition(PREPARE_COMMIT if commit else PREPARE_ABORT,
-                                  last_update_ms=now, pending=pending,
-                                  abort_reason="" if commit else "client")
-            if part.compare_and_set(txn_id, cur, prep):
-                return prep
-            fresh = True
-
-    def complete(self, prep: TxnRecord) -> tuple[int, int]:
-        """Roll a persisted Prepare* forward; returns the (id, epoch) for the next
-        transaction of its transactional.id."""
-        return self._complete(prep)
-
-    def _complete(self, prep: TxnRecord) -> tuple[int, int]:
-        """Write markers to every registered partition, then persist Complete*."""
-        self.write_markers(prep)
-        return self.finish(prep)
-
-    def write_markers(self, prep: TxnRecord) -> None:
-        """Write a Prepare* record's markers to every partition it registered."""
-        commit = prep.state == PREPARE_COMMIT
-        crashpoint("after_prepare")
-
-        pending = {(a.topic, a.partition): a for a in prep.pending}
-
-        def mark(tp: TopicPartition) -> None:
-            self.write_marker(tp, prep.producer_id, prep.epoch, commit,
-                              pending.get((tp.topic, tp.partition)), prep.txn_id)
-            crashpoint("after_marker")
-
-        tps = [TopicPartition(topic, p) for topic, p in prep.partitions]
-        if len(tps) > 1 and not self.log.store.local_requests:
-            # Markers are independent of each other: on a remote store write them in
-            # parallel (a 64-partition commit on S3 waited for 64 sequential round trips).
-            fan_out(mark, tps)
-        else:
-            for tp in tps:
-                mark(tp)
-
-    def finish(self, prep: TxnRecord) -> tuple[int, int]:
-        """Persist Complete* for a Prepare* record whose markers are written; returns the
-        (id, epoch) for the next transaction of its transactional.id."""
-        commit = prep.state == PREPARE_COMMIT
-        crashpoint("before_complete")
-        part = self.state_log.partition_for(prep.txn_id)
-        pid, epoch = bump_epoch(prep, self._fresh_pid_if(needs_new_producer_id(prep)))
-        done = prep.transition(COMPLETE_COMMIT if commit else COMPLETE_ABORT,
-                               producer_id=pid, epoch=epoch, partitions=(),
-                               prev_producer_id=prep.producer_id, prev_epoch=prep.epoch,
-                               prev_outcome="commit" if commit else "abort",
-                               last_update_ms=now_ms())
-        if part.compare_and_set(prep.txn_id, prep, done):
-            return pid, epoch
-        cur = part.get(prep.txn_id)
-        if cur is not None and ended_as(cur, prep.producer_id, prep.epoch) is not None:
-            return cur.producer_id, cur.epoch  # someone else completed it (same decision)
-        # A newer instance took over since (its init_producer_id rolled this transaction
-        # forward): never hand out its epoch, or two live instances would share it.  The
-        # epoch we return is already fenced.
-        return pid, epoch
-
-    def complete_into_next(self, prep: TxnRecord, tps: Iterable[TopicPartition],
-                           ) -> tuple[int, int] | None:
-        """Complete a PrepareCommit whose markers are all written, and register ``tps``
-        for the same transactional.id's next transaction, in one state-log write
-        (CompleteCommit and AddPartitionsToTxn together: a pipelined producer's next
-        transaction needs both, one after the other).  Returns the (id, epoch) of the new
-        transaction, or None if the record changed since ``prep`` (another client rolled
-        the commit forward, or a newer instance took over): then complete and add
-        partitions the usual way, which sees what happened."""
-        assert prep.state == PREPARE_COMMIT
-        crashpoint("before_complete")
-        part = self.state_log.partition_for(prep.txn_id)
-        pid, epoch = bump_epoch(prep, self._fresh_pid_if(needs_new_producer_id(prep)))
-        now = now_ms()
-        nxt = prep.transition(
-            ONGOING, producer_id=pid, epoch=epoch,
-            partitions=tuple(sorted({(tp.topic, tp.partition) for tp in tps})),
-            prev_producer_id=prep.producer_id, prev_epoch=prep.epoch, prev_outcome="commit",
-            txn_start_ms=now, last_update_ms=now, abort_reason="")
-        if not part.compare_and_set(prep.txn_id, prep, nxt):
-            return None
-        crashpoint("after_add_partitions")
-        return pid, epoch
-
-    def write_marker(self, tp: TopicPartition, producer_id: int, epoch: int,
-                     commit: bool, pending: PendingAppend | None = None,
-                     txn_id: str | None = None) -> None:
-        """Append a COMMIT/ABORT marker for (producer_id, epoch) unless one already acts;
-        a COMMIT appends the transaction's ``pending`` batch objects in the same entry."""
-        plog = self.log.partition_log(tp)
-        # The cached state suffices: a decided transaction stays decided, and append()
-        # re-reads the tail and re-checks for another marker if its slot was taken.
-        # (A marker that carries batches is found the same way: it raised the fence
-        # epoch, so a second roll-forward never appends them twice.)
-        st = plog.current()
-        if (producer_id, epoch) not in st.open_txns and \
-                st.fence_epoch.get(producer_id, -1) >= epoch:
-            return
-        parts = list(pending.parts) if commit and pending is not None else None
-        plog.append(AppendSpec(
-            kind=COMMIT if commit else ABORT, count=1, producer_id=producer_id, epoch=epoch,
-            transactional=True, parts=parts,
-            base_sequence=pending.base_sequence if pending is not None and parts else -1,
-            txn_id=txn_id if parts else None))
+        got = self.state_log.partition_for(txn_id).run(
+            txn_id, partial(decide.end_txn, txn_id=txn_id, producer_id=producer_id,
+                            epoch=epoch, commit=commit, pending=pending),
+            complete=self.complete, expire=partial(self.abort_if_expired, txn_id),
+            expired=self._owner_expired, owner=(producer_id, epoch))
+        if isinstance(got, TxnRecord):
+            return TxnEnd.decided(got)
+        assert got is not None
+        return got
 
     # -- liveness without a daemon -------------------------------------------------------
 
-    def abort_if_expired(self, txn_id: str) -> bool:
+    def abort_if_expired(self, txn_id: str) -> TxnEnd | None:
         """Roll a Prepare* forward, or fence-and-abort an Ongoing transaction past its
-        timeout.  Returns True if something was completed."""
-        part = self.state_log.partition_for(txn_id)
-        while True:
-            part.refresh()
-            cur = part.get(txn_id)
-            if cur is None:
-                return False
-            if cur.state in PREPARING:
-                self._complete(cur)
-                return True
-            if cur.state == ONGOING and self.expired(cur):
-                prep = cur.transition(PREPARE_ABORT, abort_reason="timeout",
-                                      last_update_ms=now_ms())
-                if part.compare_and_set(txn_id, cur, prep):
-                    self._complete(prep)
-                    return True
-                continue
-            return False
+        timeout.  Returns the end, or None if nothing was completed."""
+        got = self.state_log.partition_for(txn_id).run(
+            txn_id, decide.abort_if_expired, complete=self.complete, expired=self.expired)
+        assert not isinstance(got, TxnRecord)
+        return got
+
+    def abort_open(self, txn_id: str, *, reason: str = "admin") -> TxnEnd:
+        """End ``txn_id``'s open transaction: fence its producer and abort (as a newer
+        instance's init_transactions() would), or roll a Prepare* forward to its
+        decision (the end then says rolled_forward)."""
+        got = self.state_log.partition_for(txn_id).run(
+            txn_id, partial(decide.abort_open, txn_id=txn_id, reason=reason,
+                            where=self.log.url),
+            complete=self.complete)
+        assert isinstance(got, TxnEnd)
+        return got
 
     def resolve_open(self, tp: TopicPartition, producer_id: int, epoch: int,
                      txn_id: str | None) -> bool:
@@ -398,11 +187,11 @@ class Coordinator:
         rec = self.record(txn_id) if txn_id else None
         if rec is not None and (rec.producer_id, rec.epoch) == (producer_id, epoch):
             if rec.state in PREPARING:
-                self._complete(rec)
+                self.complete(rec)
                 return True
             if rec.state == ONGOING:
                 if self.expired(rec):
-                    return self.abort_if_expired(rec.txn_id)
+                    return self.abort_if_expired(rec.txn_id) is not None
                 return False  # open and in time: it holds the LSO, as in Kafka
         # The transaction (producer_id, epoch) is over, yet this partition has no marker
         # for it: its batch here was never part of it (a zombie's write).  Abort it here.
@@ -414,7 +203,7 @@ class Coordinator:
         acted = []
         for rec in self.state_log.all_records():
             if (rec.state in PREPARING or self.expired(rec)) \
-                    and self.abort_if_expired(rec.txn_id):
+                    and self.abort_if_expired(rec.txn_id) is not None:
                 acted.append(rec.txn_id)
         return acted
 
@@ -425,62 +214,14 @@ class Coordinator:
         producer id.  Idle time is by this client's clock against the last update's:
         the limit is days (7 by default), far beyond any clock skew that matters."""
         limit = int(self.log.config["transactional.id.expiration.ms"])
-        now = now_ms() if now is None else now
+        at = now_ms() if now is None else now
         gone = []
         for rec in self.state_log.all_records():
-            if rec.state not in COMPLETE or now - rec.last_update_ms <= limit:
+            if rec.state not in COMPLETE or at - rec.last_update_ms <= limit:
                 continue
-            part = self.state_log.partition_for(rec.txn_id)
-
-            def decide(cur: TxnRecord | None) -> TxnRecord | None:
-                if cur is None or cur.state not in COMPLETE \
-                        or now - cur.last_update_ms <= limit:
-                    return None  # (a producer used it meanwhile)
-                return cur.transition(DEAD, last_update_ms=now, partitions=())
-
-            new = part.update(rec.txn_id, decide)
-            if new is not None and new.state == DEAD:
+            new = self.state_log.partition_for(rec.txn_id).run(
+                rec.txn_id, partial(decide.forget_idle, limit_ms=limit),
+                complete=self.complete, clock=lambda: at, attempts=1000)
+            if isinstance(new, TxnRecord) and new.state == DEAD:
                 gone.append(rec.txn_id)
         return gone
-
-    # -- helpers ---------------------------------------------------------------------------
-
-    @staticmethod
-    def _check_owner(txn_id: str, cur: TxnRecord | None, producer_id: int, epoch: int) -> None:
-        if cur is None:
-            raise InvalidTxnStateError(
-                f"transactional.id {txn_id!r} is not initialised (or it expired after "
-                "transactional.id.expiration.ms idle); create a producer and call "
-                "init_transactions()")
-        if (cur.producer_id, cur.epoch) != (producer_id, epoch):
-            if (cur.prev_producer_id, cur.prev_epoch) == (producer_id, epoch) and \
-                    cur.state == COMPLETE_ABORT and cur.abort_reason == "timeout":
-                raise TransactionTimeoutError(
-                    f"the transaction of {txn_id!r} ran past transaction.timeout.ms "
-                    f"({cur.timeout_ms} ms) and was aborted; call abort_transaction() "
-                    "and start again")
-            raise ProducerFencedError(
-                f"producer for transactional.id {txn_id!r} (id {producer_id}, epoch {epoch}) "
-                f"was fenced by a newer instance (id {cur.producer_id}, epoch {cur.epoch}); "
-                "close this producer")
-
-    @staticmethod
-    def _timeout_error(txn_id: str) -> TransactionTimeoutError:
-        return TransactionTimeoutError(
-            f"the transaction of {txn_id!r} ran past transaction.timeout.ms and was aborted; "
-            "call abort_transaction() and start again")
-
-
-def ended_as(cur: TxnRecord | None, producer_id: int, epoch: int) -> str | None:
-    """How the transaction (producer_id, epoch) ended, if ``cur`` is the record that ended
-    it: a Complete* record, or the next transaction's Ongoing record, which carries the
-    outcome in prev_outcome (a fold writes it; an Ongoing after Complete* keeps it)."""
-    if cur is None or (cur.prev_producer_id, cur.prev_epoch) != (producer_id, epoch):
-        return None
-    if cur.state == COMPLETE_COMMIT:
-        return "commit"
-    if cur.state == COMPLETE_ABORT:
-        return "abort"
-    if cur.state == ONGOING and cur.prev_outcome in ("commit", "abort"):
-        return cur.prev_outcome
-    return None

@@ -3,11 +3,13 @@
 Each partition is a sequence of slots claimed with put-if-absent; each slot holds one
 :class:`TxnRecord`.  Claiming the next slot after reading the current record is a
 compare-and-set: two clients acting on one transactional.id at once are serialised, and
-the loser re-reads and re-decides.  Periodic JSON checkpoints bound replay.
+the loser re-reads and re-decides (:meth:`StateLogPartition.run`, the one such loop, with
+the decisions of :mod:`txlog.txn_decide`).  Periodic JSON checkpoints bound replay.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import threading
@@ -17,16 +19,35 @@ from dataclasses import replace
 from typing import Any
 
 from txlog import layout
-from txlog.errors import CorruptObjectError, ObjectNotFoundError, UnsupportedFormatError
+from txlog.errors import (
+    ConcurrentTransactionsError,
+    CorruptObjectError,
+    ObjectNotFoundError,
+    UnsupportedFormatError,
+)
 from txlog.model import new_token
+from txlog.records import now_ms
 from txlog.storage.base import ObjectStore
-from txlog.txn_state import DEAD, ONGOING, TxnRecord
+from txlog.txn_decide import (
+    Complete,
+    Decision,
+    Expire,
+    Facts,
+    Fail,
+    Reread,
+    Return,
+)
+from txlog.txn_state import COMPLETE, DEAD, ONGOING, TxnEnd, TxnRecord
 
 log = logging.getLogger(__name__)
 
 DEFAULT_STATE_PARTITIONS = 50
 CHECKPOINT_INTERVAL = 200
 VERSION = 1
+
+
+def _no_expire() -> None:
+    raise AssertionError("this operation was given no timeout abort")
 
 
 def state_partition_for(txn_id: str, partitions: int = DEFAULT_STATE_PARTITIONS) -> int:
@@ -163,23 +184,78 @@ class StateLogPartition:
                 return True
             self.refresh()
 
-    def update(self, txn_id: str, decide: Callable[[TxnRecord | None], TxnRecord | None],
-               attempts: int = 1000) -> TxnRecord | None:
-        """Read-decide-write loop: ``decide`` maps the current record to the new one (or
-        None for no change, or raises).  Re-runs ``decide`` whenever a race is lost."""
-        from txlog.errors import ConcurrentTransactionsError
+    def run(self, txn_id: str, decide: Callable[[TxnRecord | None, Facts], Decision], *,
+            complete: Callable[[TxnRecord], TxnEnd],
+            expire: Callable[[], object] = _no_expire,
+            expired: Callable[[TxnRecord], bool] | None = None,
+            new_producer_id: Callable[[], int] | None = None,
+            owner: tuple[int, int] | None = None, clock: Callable[[], int] = now_ms,
+            attempts: int | None = None) -> TxnRecord | TxnEnd | None:
+        """The read-decide-write loop of every state-log operation on ``txn_id``.
 
-        for _ in range(attempts):
-            self.refresh()
-            cur = self.records.get(txn_id)
-            new = decide(cur)
-            if new is None or new == cur:
-                return cur
-            if self.compare_and_set(txn_id, cur, new):
-                return new
+        ``decide`` (a pure function of txlog.txn_decide) maps the current record and the
+        facts to a decision; this carries it out, with ``complete`` to roll a Prepare*
+        forward and ``expire`` to abort a transaction found past its timeout, and decides
+        again whenever another client wins the compare-and-set.  Returns the record
+        written, the end a completion gave, or what the decision returned.
+
+        ``owner``: the (producer id, epoch) of the producer acting; its own cached record
+        is trusted for a decision that ends in a compare-and-set (the put-if-absent of
+        the next slot fails if anyone wrote since, and then this re-reads), which saves a
+        list per AddPartitions and EndTxn.  ``attempts``: give up after that many reads.
+        """
+        given: dict[str, Any] = {}
+        if expired is not None:
+            given["expired"] = expired
+        if new_producer_id is not None:
+            given["new_producer_id"] = new_producer_id
+        fresh = False
+        for _ in itertools.repeat(None) if attempts is None else range(attempts):
+            cur, fresh = self._current(txn_id, owner, fresh)
+            d = decide(cur, Facts(clock(), fresh, **given))
+            if isinstance(d, Reread):
+                if fresh:
+                    raise AssertionError(f"{decide!r} asked to re-read a fresh record")
+                fresh = True
+            elif isinstance(d, Return):
+                return d.end
+            elif isinstance(d, Fail):
+                raise d.error
+            elif isinstance(d, Expire):
+                expire()
+                raise d.error
+            elif isinstance(d, Complete):
+                end = replace(complete(d.record), rolled_forward=True)
+                if d.error is not None:
+                    raise d.error
+                if not d.retry:
+                    return end
+                fresh = True
+            else:
+                fresh = True
+                if not self.compare_and_set(txn_id, cur, d.record):
+                    continue
+                if not d.complete:
+                    return d.record
+                end = complete(d.record)
+                if not d.retry:
+                    return end
         raise ConcurrentTransactionsError(
             f"transactional.id {txn_id!r}: the state log kept changing; retry later"
         )
+
+    def _current(self, txn_id: str, owner: tuple[int, int] | None,
+                 fresh: bool) -> tuple[TxnRecord | None, bool]:
+        """The record, and whether it was just read from the store.  Only the owner's
+        own record in a state the owner left it in (Ongoing, Empty, Complete*) is taken
+        from the cache; anything else is re-read."""
+        if not fresh and owner is not None and self.loaded:
+            cur = self.get(txn_id)
+            if cur is not None and (cur.producer_id, cur.epoch) == owner \
+                    and (cur.state == ONGOING or cur.state in COMPLETE):
+                return cur, False
+        self.refresh()
+        return self.get(txn_id), True
 
     def _checkpoint(self) -> None:
         try:

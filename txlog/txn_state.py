@@ -179,6 +179,69 @@ class TxnRecord:
         return rec
 
 
+#: How a transaction ended (TxnEnd.outcome); NOTHING: there was nothing to end.
+COMMITTED = "commit"
+ABORTED = "abort"
+NOTHING = "none"
+
+
+@dataclass(frozen=True)
+class TxnEnd:
+    """How the end of one transaction came out, whichever path ended it: EndTxn commit or
+    abort, a newer instance's fence, a timeout, an administrator, or nothing to end.
+
+    ``producer_id``/``epoch`` name the transaction that ended.  ``next_id`` is the
+    (producer id, epoch) for the transactional.id's next transaction, known once Complete*
+    (or the next transaction's record) is written; None while the decision ``prep`` still
+    has markers or Complete* to write.
+    """
+
+    txn_id: str
+    producer_id: int
+    epoch: int
+    outcome: str
+    # Why an abort happened: "client", "timeout", "fenced", "admin" ("" for a commit).
+    reason: str = ""
+    next_id: tuple[int, int] | None = None
+    # The Prepare* record that decided it (None when the end was answered from a later
+    # record, or there was nothing to end).
+    prep: TxnRecord | None = None
+    # The decision was already made by someone else (a Prepare* found in the state log):
+    # this end only rolled it forward.
+    rolled_forward: bool = False
+
+    @property
+    def completed(self) -> bool:
+        return self.next_id is not None
+
+    @staticmethod
+    def decided(prep: TxnRecord, *, rolled_forward: bool = False) -> TxnEnd:
+        """The end a persisted Prepare* decided, its markers and Complete* still to write."""
+        return TxnEnd(prep.txn_id, prep.producer_id, prep.epoch,
+                      COMMITTED if prep.state == PREPARE_COMMIT else ABORTED,
+                      prep.abort_reason, None, prep, rolled_forward)
+
+    @staticmethod
+    def nothing(txn_id: str, producer_id: int, epoch: int) -> TxnEnd:
+        """No transaction was open: the producer goes on with the same (id, epoch)."""
+        return TxnEnd(txn_id, producer_id, epoch, NOTHING, next_id=(producer_id, epoch))
+
+
+def ended_as(cur: TxnRecord | None, producer_id: int, epoch: int) -> str | None:
+    """How the transaction (producer_id, epoch) ended, if ``cur`` is the record that ended
+    it: a Complete* record, or the next transaction's Ongoing record, which carries the
+    outcome in prev_outcome (a fold writes it; an Ongoing after Complete* keeps it)."""
+    if cur is None or (cur.prev_producer_id, cur.prev_epoch) != (producer_id, epoch):
+        return None
+    if cur.state == COMPLETE_COMMIT:
+        return COMMITTED
+    if cur.state == COMPLETE_ABORT:
+        return ABORTED
+    if cur.state == ONGOING and cur.prev_outcome in (COMMITTED, ABORTED):
+        return cur.prev_outcome
+    return None
+
+
 def _pending_of(raw: list[Any]) -> tuple[PendingAppend, ...]:
     """Decode ``pending``; raises TypeError/ValueError on anything malformed."""
     out = []

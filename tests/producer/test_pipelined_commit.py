@@ -526,8 +526,8 @@ def test_complete_commit_is_written_with_the_next_add_partitions(
     assert folded.partitions == (("a", 1),) and folded.epoch == epoch + 1
     # EndTxn of the first transaction again (a retry) is answered from the record.
     other = txlog.connect(log.url).coordinator
-    assert other.end_txn("fold", pid, epoch, commit=True) == (folded.producer_id,
-                                                              folded.epoch)
+    assert other.end_txn("fold", pid, epoch, commit=True).next_id == (folded.producer_id,
+                                                                      folded.epoch)
     p.commit_transaction()
     assert sorted(read_all(log, "a")) == [b"first", b"second"]
     p.close()
@@ -631,23 +631,26 @@ def test_a_retried_end_is_answered_by_the_record_that_ended_it(log: txlog.Log) -
     c = log.coordinator
     pid, e0 = c.init_producer_id("t", 60_000)
     c.add_partitions("t", pid, e0, [TopicPartition("a", 0)])
-    first = c.prepare_end("t", pid, e0, True)
-    assert not isinstance(first, tuple)
-    nxt = c.complete(first)
+    first = c.prepare_end("t", pid, e0, True).prep
+    assert first is not None
+    nxt = c.complete(first).next_id
+    assert nxt is not None
     c.add_partitions("t", *nxt, [TopicPartition("a", 1)])
-    assert c.end_txn("t", pid, e0, True) == nxt  # not "fenced"
+    assert c.end_txn("t", pid, e0, True).next_id == nxt  # not "fenced"
     # A combined write, then that transaction aborts: the record must say "abort".
     pid, e1 = nxt
-    prep = c.prepare_end("t", pid, e1, True)
-    assert not isinstance(prep, tuple)
+    prep = c.prepare_end("t", pid, e1, True).prep
+    assert prep is not None
     c.write_markers(prep)
     got = c.complete_into_next(prep, [TopicPartition("a", 0)])
-    assert got is not None
-    pid, e2 = got
-    pid, e3 = c.end_txn("t", pid, e2, False)
+    assert got is not None and got.next_id is not None
+    pid, e2 = got.next_id
+    aborted = c.end_txn("t", pid, e2, False).next_id
+    assert aborted is not None
+    pid, e3 = aborted
     c.add_partitions("t", pid, e3, [TopicPartition("a", 1)])
     rec = c.record("t")
     assert rec is not None and (rec.prev_epoch, rec.prev_outcome) == (e2, "abort")
     with pytest.raises(ProducerFencedError):
         c.end_txn("t", pid, e2, True)  # it aborted: a commit retry is refused
-    assert c.end_txn("t", pid, e2, False) == (pid, e3)
+    assert c.end_txn("t", pid, e2, False).next_id == (pid, e3)

@@ -129,8 +129,8 @@ def _prepared_with_pending(log: txlog.Log, txn_id: str, rows: int) -> TxnRecord:
             [(None, f"{tp.partition}-{i}".encode(), None, None) for i in range(rows)]))
         pending.append(PendingAppend(tp.topic, tp.partition, 0,
                                      ((key, rows, nbytes, None, None, True),)))
-    prep = coord.prepare_end(txn_id, pid, epoch, True, tuple(pending))
-    assert isinstance(prep, TxnRecord) and prep.state == PREPARE_COMMIT
+    prep = coord.prepare_end(txn_id, pid, epoch, True, tuple(pending)).prep
+    assert prep is not None and prep.state == PREPARE_COMMIT
     return prep
 
 

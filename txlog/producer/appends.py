@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from txlog import fanout
-from txlog.coordinator import ended_as
 from txlog.crashpoints import crashpoint
 from txlog.errors import (
     ProducerFencedError,
@@ -23,7 +22,7 @@ from txlog.model import BEGIN, DATA
 from txlog.partition_log import AppendResult, AppendSpec, Part, PartitionLog
 from txlog.producer.core import ProducerCore
 from txlog.records import TopicPartition, now_ms, ts_range
-from txlog.txn_state import PREPARE_ABORT
+from txlog.txn_state import ABORTED, PREPARE_ABORT, ended_as
 
 if TYPE_CHECKING:
     from txlog.producer.accumulator import _PendingBatch
@@ -161,7 +160,7 @@ class Appender(ProducerCore):
             return
         mine = (spec.producer_id, spec.epoch)
         if ((rec.producer_id, rec.epoch) == mine and rec.state == PREPARE_ABORT) \
-                or ended_as(rec, *mine) == "abort":
+                or ended_as(rec, *mine) == ABORTED:
             raise TransactionTimeoutError(
                 f"the transaction of {self.transactional_id!r} ran past "
                 f"transaction.timeout.ms ({rec.timeout_ms} ms) and was aborted by another "

@@ -10,7 +10,6 @@ from concurrent.futures import Future, wait
 from typing import TYPE_CHECKING
 
 from txlog import completions
-from txlog.coordinator import ended_as
 from txlog.errors import (
     AtomicCreateUnsupportedError,
     CorruptObjectError,
@@ -27,7 +26,14 @@ from txlog.producer.core import State
 from txlog.producer.futures import _resolve
 from txlog.producer.sender import Uploaded, _Written
 from txlog.records import TopicPartition, now_ms
-from txlog.txn_state import PREPARE_COMMIT, PendingAppend, PendingPart
+from txlog.txn_state import (
+    COMMITTED,
+    PREPARE_COMMIT,
+    PendingAppend,
+    PendingPart,
+    TxnEnd,
+    ended_as,
+)
 
 if TYPE_CHECKING:
     from txlog.producer.accumulator import _PendingBatch
@@ -54,13 +60,16 @@ def _outcome_unknown(exc: BaseException) -> StorageError:
 
 
 class _Completion:
-    """A decided commit whose markers and CompleteCommit are still to be written."""
+    """A decided commit whose markers and CompleteCommit are still to be written: the
+    producer's side of its end (the markers and Complete* are the coordinator's)."""
 
-    __slots__ = ("batches", "markers", "prep")
+    __slots__ = ("batches", "end", "markers", "prep")
 
-    def __init__(self, prep: TxnRecord,
+    def __init__(self, end: TxnEnd,
                  batches: list[tuple[TopicPartition, _PendingBatch, str]]) -> None:
-        self.prep = prep
+        assert end.prep is not None and not end.completed
+        self.end = end
+        self.prep: TxnRecord = end.prep  # the PrepareCommit that decided it
         # The batches (partition, batch, object key) its COMMIT markers append
         # (prep.pending): their futures resolve once the markers are written.
         self.batches = batches
@@ -85,6 +94,12 @@ def _find_objects(st: PartitionState, keys: list[str]) -> dict[str, int]:
 
 
 class TransactionManager(Accumulator):
+
+    @staticmethod
+    def _next_id(end: TxnEnd) -> tuple[int, int]:
+        """The (producer id, epoch) a completed end hands the next transaction."""
+        assert end.next_id is not None
+        return end.next_id
 
     def _raise_if_failed(self, decided: Future[None]) -> None:
         """Wait for a commit's decision; if it failed, wait for the queued steps, take the
@@ -172,19 +187,20 @@ class TransactionManager(Accumulator):
         t0 = time.perf_counter()
         coord = self.log.coordinator
         self._settle()
-        step = coord.prepare_end(self.transactional_id, self.producer_id, self.epoch, commit,
-                                 pending)
-        if isinstance(step, tuple):
-            self.producer_id, self.epoch = step
+        end = coord.prepare_end(self.transactional_id, self.producer_id, self.epoch, commit,
+                                pending)
+        if end.next_id is not None:
+            self.producer_id, self.epoch = end.next_id
             if batches:  # it ended as a commit already: whoever ended it appended them
                 self._resolve_batches(batches)
         elif not commit:
             # An abort is the error path: finish it before returning, so nothing of the
             # failed transaction is left to settle.
-            self.producer_id, self.epoch = coord.complete(step)
+            assert end.prep is not None
+            self.producer_id, self.epoch = self._next_id(coord.complete(end.prep))
         else:
-            c = _Completion(step, batches or [])
-            completions.track(self.log.store.identity, step.producer_id, step.epoch,
+            c = _Completion(end, batches or [])
+            completions.track(self.log.store.identity, end.producer_id, end.epoch,
                               c.markers)
             self._completing = c
         record_end_txn(self.log, commit, (time.perf_counter() - t0) * 1000)
@@ -255,11 +271,11 @@ class TransactionManager(Accumulator):
         if rec is None or self._completing is not None:
             return False
         if rec.state == PREPARE_COMMIT and (rec.producer_id, rec.epoch) == (pid, epoch):
-            c = _Completion(rec, named)
+            c = _Completion(TxnEnd.decided(rec), named)
             completions.track(self.log.store.identity, pid, epoch, c.markers)
             self._completing = c
             return True
-        if ended_as(rec, pid, epoch) == "commit":  # rolled forward by someone already
+        if ended_as(rec, pid, epoch) == COMMITTED:  # rolled forward by someone already
             self._producer_id, self._epoch = rec.producer_id, rec.epoch
             self._resolve_batches(named)
             return True
@@ -400,7 +416,7 @@ class TransactionManager(Accumulator):
             if self._completing is not c:
                 return  # another thread's _settle finished it
             try:
-                self._producer_id, self._epoch = coord.finish(c.prep)
+                self._producer_id, self._epoch = self._next_id(coord.finish(c.prep))
             except Exception as exc:
                 _log.debug("CompleteCommit not written yet: %s", exc)
                 return
@@ -427,8 +443,8 @@ class TransactionManager(Accumulator):
             c = self._completing if c is None else c
             if c is None or self._completing is not c:
                 return
-            self._producer_id, self._epoch = self.log.coordinator.end_txn(
-                self.transactional_id, c.prep.producer_id, c.prep.epoch, commit=True)
+            self._producer_id, self._epoch = self._next_id(self.log.coordinator.end_txn(
+                self.transactional_id, c.end.producer_id, c.end.epoch, commit=True))
             self._completing = None
         _resolve(c.markers)  # end_txn wrote them (if the committer has not said so yet)
         self._resolve_appended(c)
@@ -444,6 +460,6 @@ class TransactionManager(Accumulator):
             got = self.log.coordinator.complete_into_next(c.prep, tps)
             if got is None:
                 return False  # someone else completed it: _settle takes what they wrote
-            self._producer_id, self._epoch = got
+            self._producer_id, self._epoch = self._next_id(got)
             self._completing = None
             return True
