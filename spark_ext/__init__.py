@@ -74,7 +74,8 @@ def local_session(app_name: str, **conf: str) -> SparkSession:
 
     Its Python workers run this interpreter (``PYSPARK_PYTHON``): otherwise they start
     whatever ``python3`` is on the PATH and fail with a bare Py4JJavaError.  ``conf``
-    adds or overrides Spark settings."""
+    adds or overrides Spark settings; txlog's connector jar joins any ``spark.jars``
+    given (``spark.jars=""``: a session without it)."""
     import os
     import sys
 
@@ -86,8 +87,13 @@ def local_session(app_name: str, **conf: str) -> SparkSession:
                 "spark.ui.showConsoleProgress": "false",
                 "spark.sql.session.timeZone": "UTC", **conf}
     connector = connector_jar()
-    if connector is not None and "spark.jars" not in conf:
+    given = conf.get("spark.jars")
+    # Jars of the caller's own (Delta's) come with the connector; an empty list is a
+    # session without it.
+    if connector is not None and given is None:
         settings["spark.jars"] = str(connector)
+    elif connector is not None and given and str(connector) not in given.split(","):
+        settings["spark.jars"] = f"{given},{connector}"
     builder = SparkSession.builder.master("local[2]").appName(app_name)
     for k, v in settings.items():
         builder = builder.config(k, v)

@@ -125,6 +125,9 @@ final class TxlogTable implements Table, SupportsRead, SupportsWrite {
         if (scheme == null || scheme.equals("file")) {
             return null;
         }
+        if (scheme.equalsIgnoreCase("s3")) {
+            scheme = "s3a";  // the planner names an s3:// root's objects s3a://
+        }
         try {
             org.apache.hadoop.fs.FileSystem.getFileSystemClass(
                 scheme, SparkSession.active().sessionState().newHadoopConf());
