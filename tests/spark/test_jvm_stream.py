@@ -5,7 +5,11 @@ commits each micro-batch as one transaction, idempotent when Spark replays it.""
 
 from __future__ import annotations
 
+import json
+import os
 import random
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -152,3 +156,50 @@ def test_rows_the_jvm_writer_does_not_take_stream_through_the_python_source(
         q.stop()
     assert "txlog JVM streaming write" not in plan_of(q)
     assert out_values(url) == sorted(committed)
+
+
+_PYTHON_SOURCE_RUN = """
+import json, sys
+import spark_ext
+spark = spark_ext.local_session("no-jar", **{"spark.jars": ""})
+q = (spark.readStream.format("txlog").option("path", sys.argv[1]).option("topic", "src")
+     .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "10").load()
+     .selectExpr("key", "value").writeStream.format("txlog").option("path", sys.argv[1])
+     .option("topic", "out").option("checkpointLocation", sys.argv[2])
+     .trigger(availableNow=True).start())
+q.awaitTermination()
+print(json.dumps({"jvm": spark_ext.jvm_connector_loaded(spark), "id": str(q.id),
+                  "sources": sorted({s["description"] for p in q.recentProgress
+                                     for s in p["sources"]})}))
+spark.stop()
+"""
+
+
+def test_a_checkpoint_of_the_python_source_continues_in_the_jvm_connector(
+        spark: Any, tmp_path: Path) -> None:
+    """A query run by the Python data source (a session without the jar) and restarted
+    from its checkpoint where the connector serves: it goes on from the Python source's
+    offsets, and its writes continue the same app versions, each record once."""
+    url = str(tmp_path / "lake")
+    committed, held = produce(url, seed=3204, txns=6)
+    ckpt = tmp_path / "ckpt"
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable,
+           "PYSPARK_DRIVER_PYTHON": sys.executable}
+    done = subprocess.run([sys.executable, "-c", _PYTHON_SOURCE_RUN, url, str(ckpt)],
+                          capture_output=True, text=True, env=env, timeout=900, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    first = json.loads(done.stdout.strip().splitlines()[-1])
+    assert first["jvm"] is False and first["sources"], first
+    assert not any(d.startswith("txlog JVM") for d in first["sources"]), first
+    assert out_values(url) == sorted(committed)
+    version = committed_app_version(txlog.connect(url), f"stream-{first['id']}")
+    assert version is not None
+
+    held.commit_transaction()
+    q = run(spark, url, ckpt, maxOffsetsPerTrigger="10")
+    assert str(q.id) == first["id"]
+    assert {p["sources"][0]["description"] for p in q.recentProgress} == \
+        {"txlog JVM stream [topic=src]"}
+    assert out_values(url) == sorted([*committed, "open0", "open1", "open2"])
+    last = committed_app_version(txlog.connect(url), f"stream-{q.id}")
+    assert last is not None and last > version
