@@ -74,7 +74,8 @@ def local_session(app_name: str, **conf: str) -> SparkSession:
 
     Its Python workers run this interpreter (``PYSPARK_PYTHON``): otherwise they start
     whatever ``python3`` is on the PATH and fail with a bare Py4JJavaError.  ``conf``
-    adds or overrides Spark settings."""
+    adds or overrides Spark settings; txlog's connector jar joins any ``spark.jars``
+    given (``spark.jars=""``: a session without it)."""
     import os
     import sys
 
@@ -86,8 +87,13 @@ def local_session(app_name: str, **conf: str) -> SparkSession:
                 "spark.ui.showConsoleProgress": "false",
                 "spark.sql.session.timeZone": "UTC", **conf}
     connector = connector_jar()
-    if connector is not None and "spark.jars" not in conf:
+    given = conf.get("spark.jars")
+    # Jars of the caller's own (Delta's) come with the connector; an empty list is a
+    # session without it.
+    if connector is not None and given is None:
         settings["spark.jars"] = str(connector)
+    elif connector is not None and given and str(connector) not in given.split(","):
+        settings["spark.jars"] = f"{given},{connector}"
     builder = SparkSession.builder.master("local[2]").appName(app_name)
     for k, v in settings.items():
         builder = builder.config(k, v)
@@ -98,35 +104,49 @@ def local_session(app_name: str, **conf: str) -> SparkSession:
 
 
 def read(spark: SparkSession, path: str | None = None, /,
-         options: dict[str, Any] | None = None, *, engine: str = "auto",
+         options: dict[str, Any] | None = None, *, engine: str | None = None,
          **kwargs: Any) -> DataFrame:
-    """A batch read planned on the driver and scanned in the JVM.
+    """``spark.read.format("txlog")`` with the options as keywords (dotted names with
+    underscores: ``isolation_level="read_uncommitted"``; ``storage_options`` may be a
+    dict): the same DataFrame, planned when each query runs.
 
-    Takes the same options as ``spark.read.format("txlog")`` (as keywords; dotted names
-    with underscores: ``isolation_level="read_uncommitted"``; ``storage_options`` may be a
-    dict) and returns the same columns.  ``engine``: ``jvm`` (txlog's JVM source; fails
-    with a ConfigError saying why when it cannot be built or loaded), ``sql`` (Spark's
-    Parquet source and SQL expressions) or ``auto`` (``jvm``, else ``sql`` with a warning).
+    ``engine`` names a side path for comparisons (benchmarks, tests): ``jvm`` (the
+    planned scan of :mod:`spark_ext.jvm_scan`, planned once at the call), ``sql``
+    (Spark's Parquet source and SQL expressions) or ``auto`` (``jvm``, else ``sql``).
     """
-    from spark_ext.native import read as _read
+    if engine is not None:
+        from spark_ext.native import read as _read
 
-    return _read(spark, path, options, engine=engine, **kwargs)
+        return _read(spark, path, options, engine=engine, **kwargs)
+    from spark_ext.options import options_from_kwargs
+
+    reader = spark.read.format("txlog").options(**options_from_kwargs(options, **kwargs))
+    return reader.load(path) if path is not None else reader.load()
 
 
 def write(df: DataFrame, path: str | None = None, /,
-          options: dict[str, Any] | None = None, *, engine: str = "auto",
+          options: dict[str, Any] | None = None, *, engine: str | None = None,
           **kwargs: Any) -> CommitResult | None:
-    """Append ``df`` to a topic in one transaction, as ``df.write.format("txlog")`` does,
-    with the same options (as keywords, like :func:`read`), in the JVM.
+    """``df.write.format("txlog").mode("append")`` with the options as keywords (as
+    :func:`read`): one transaction, committed when this returns (None).
 
-    ``engine``: ``jvm`` (txlog's JVM writer: rows are routed and encoded by Spark's own
-    Parquet writer, never crossing to Python; a ConfigError says why when it cannot take
-    the write), ``python`` (``format("txlog")``) or ``auto`` (``jvm`` where it can,
-    else ``python``). Returns what was committed, or None from the ``python`` engine.
-    The JVM writer takes Kafka-shaped topics named by the ``topic`` option, with key and
-    value as strings or binary, an optional timestamp and an optional partition column;
-    rows with headers, typed topics and a ``topic`` column go through ``python``.
+    ``engine`` names a side path that reports what it committed (a
+    :class:`~spark_ext.writer.CommitResult`): ``jvm`` (the JVM writer started from
+    Python; a ConfigError says why when it cannot take the write), ``python``
+    (``format("txlog")``, returns None) or ``auto`` (``jvm`` where it can, else
+    ``python``).
     """
-    from spark_ext.jvm_write import write as _write
+    if engine is not None:
+        from spark_ext.jvm_write import write as _write
 
-    return _write(df, path, options, engine=engine, **kwargs)
+        return _write(df, path, options, engine=engine, **kwargs)
+    from spark_ext.options import options_from_kwargs
+    from spark_ext.writer import WRITE_OPTIONS
+
+    writer = df.write.format("txlog").mode("append").options(
+        **options_from_kwargs(options, known=WRITE_OPTIONS, **kwargs))
+    if path is not None:
+        writer.save(path)
+    else:
+        writer.save()
+    return None

@@ -290,5 +290,5 @@ def to_txlog(spark: SparkSession, *, table: str, path: str, topic: str,
     opts: dict[str, Any] = {"topic": topic, "txnAppId": app, "txnVersion": str(upto)}
     if storage_options:
         opts["storage_options"] = json.dumps(dict(storage_options))
-    result = spark_ext.write(to_records(df), path, opts)
+    result = spark_ext.write(to_records(df), path, opts, engine="auto")
     return ExportResult(app, upto, start, result)

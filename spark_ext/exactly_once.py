@@ -132,7 +132,7 @@ def _read(spark: SparkSession, path: str, storage_options: Mapping[str, Any] | N
     if native:
         import spark_ext
 
-        return spark_ext.read(spark, options=opts)
+        return spark_ext.read(spark, options=opts, engine="auto")
     return spark.read.format("txlog").options(**opts).load()
 
 
@@ -200,7 +200,7 @@ def run(spark: SparkSession, *, path: str, source_topic: str, group_id: str,
         if storage_options:
             opts["storage_options"] = json.dumps(dict(storage_options))
         # The JVM writer where Spark can write the store itself, else format("txlog").
-        spark_ext.write(out, path, opts)
+        spark_ext.write(out, path, opts, engine="auto")
         after = lg.consumer(group_id=group_id).committed(list(end))
         rnd = Round(len(result.rounds) + 1, start, end,
                     committed=all(after[tp] == end[tp] for tp in end))

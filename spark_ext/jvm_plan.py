@@ -77,20 +77,27 @@ def scan(req: Mapping[str, Any]) -> dict[str, Any]:
         check_declared_schema(StructType.fromJson(json.loads(req["declared"])), plan.shape)
     before = len({s.key for s in plan_batch(ro, log).slices}) if req.get("filters") else None
     objects = len({s.key for s in plan.slices})
-    return {"plan": plan_lines(plan, plan.groups(ro), hadoop_conf.for_store(log.store)),
+    where = hadoop_conf.for_store(log.store)
+    return {"plan": plan_lines(plan, plan.groups(ro), where),
             "schema": plan.shape.schema_json, "kafka": plan.shape.kafka_shaped,
             "failOnDataLoss": ro.fail_on_data_loss, "objects": objects,
-            "objectsBeforePushdown": objects if before is None else before}
+            "objectsBeforePushdown": objects if before is None else before,
+            "hadoopConf": where.conf}
 
 
 def write_begin(req: Mapping[str, Any]) -> dict[str, Any]:
+    return begin_write(req, streaming=False)
+
+
+def begin_write(req: Mapping[str, Any], *, streaming: bool) -> dict[str, Any]:
+    """A write's staging folder and the JVM writer's settings, or why it cannot take it."""
     from pyspark.sql.types import StructType
 
     from spark_ext.jvm_write import _unsupported
     from spark_ext.staging import TopicTarget, check_columns
     from spark_ext.writer import _arrow_schema, new_staging_id, parse_write_options
 
-    wo = parse_write_options(_options(req), streaming=False)
+    wo = parse_write_options(_options(req), streaming=streaming)
     spark_schema = StructType.fromJson(json.loads(req["schema"]))
     columns = [f.name for f in spark_schema.fields]
     dup = {c for c in columns if columns.count(c) > 1}
@@ -109,19 +116,22 @@ def write_begin(req: Mapping[str, Any]) -> dict[str, Any]:
     txn = new_staging_id()
     prefix = layout.staging_prefix(wo.topic, txn)
     _WRITES[txn] = (wo, lg)
+    # Spark's filesystem for the root (s3a:// for s3://), told what storage_options tell
+    # txlog's store.
+    where = hadoop_conf.for_store(lg.store)
     return {"spec": {
         "txlog.topic": wo.topic,
         "txlog.partitions": str(lg.topic(wo.topic).partitions),
         "txlog.staging": txn,
-        # full_path() takes object keys: the folder's URL is its first object's, cut.
-        "txlog.prefixUrl": lg.store.full_path(prefix + "x")[:-1],
+        "txlog.prefixUrl": where.path(prefix),
         "txlog.prefixKey": prefix,
         "txlog.partitioner": wo.partitioner,
         "txlog.fileBytes": str(wo.file_bytes),
-        "txlog.fsync": str(bool(getattr(lg.store, "fsync", True))).lower()}}
+        "txlog.fsync": str(bool(getattr(lg.store, "fsync", True))).lower()},
+        "hadoopConf": where.conf}
 
 
-def _begun(req: Mapping[str, Any]) -> tuple[str, Any, Any]:
+def begun(req: Mapping[str, Any]) -> tuple[str, Any, Any]:
     txn = req.get("staging")
     if not isinstance(txn, str) or txn not in _WRITES:
         raise ConfigError(f"no write {txn!r} was begun in this planner (restarted?); "
@@ -131,15 +141,22 @@ def _begun(req: Mapping[str, Any]) -> tuple[str, Any, Any]:
 
 
 def write_commit(req: Mapping[str, Any]) -> dict[str, Any]:
+    txn, wo, lg = begun(req)
+    return commit_write(txn, wo, lg, str(req.get("staged") or ""), app_id=wo.app_id,
+                        app_version=wo.app_version)
+
+
+def commit_write(txn: str, wo: Any, lg: Any, staged: str, *, app_id: str | None,
+                 app_version: int | None) -> dict[str, Any]:
+    """Append a begun write's staged objects and commit them in one transaction."""
     from spark_ext.jvm_write import parse_staged
     from spark_ext.writer import TxlogCommitMessage, abort_staged, commit_staged
 
-    txn, wo, lg = _begun(req)
-    files = parse_staged(str(req.get("staged") or ""))
+    files = parse_staged(staged)
     try:
         with PLAN_LOCK:  # the cached Log's partition states are shared with planning
-            result = commit_staged(wo, files, [txn], [wo.topic], app_id=wo.app_id,
-                                   app_version=wo.app_version, lg=lg)
+            result = commit_staged(wo, files, [txn], [wo.topic], app_id=app_id,
+                                   app_version=app_version, lg=lg)
     except BaseException:
         # As for a failed format("txlog") commit: settle this write's own transaction
         # if it had started appending, and sweep what it did not list.
@@ -154,7 +171,7 @@ def write_abort(req: Mapping[str, Any]) -> dict[str, Any]:
     if req.get("staging") not in _WRITES:
         # Spark aborts a write whose commit failed: write_commit has settled it already.
         return {"swept": 0}
-    txn, wo, lg = _begun(req)
+    txn, wo, lg = begun(req)
     return {"swept": sweep(lg, [layout.staging_prefix(wo.topic, txn)])}
 
 
@@ -163,6 +180,11 @@ HANDLERS: dict[str, Callable[[Mapping[str, Any]], dict[str, Any]]] = {
     "write_commit": write_commit, "write_abort": write_abort,
     "ping": lambda req: {"pong": True},
 }
+
+# Streaming queries' requests; that module builds on the helpers above.
+from spark_ext import jvm_stream  # noqa: E402
+
+HANDLERS.update(jvm_stream.HANDLERS)
 
 
 def answer(req: Any) -> dict[str, Any]:

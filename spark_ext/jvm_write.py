@@ -1,4 +1,5 @@
-"""The JVM write: ``spark_ext.write(df, path, topic=...)``, one txlog transaction per call.
+"""The JVM write started from Python: ``spark_ext.write(df, path, topic=..., engine="jvm")``,
+one txlog transaction per call, returning what it committed.
 
 ``df.write.format("txlog")`` is a Python data source: every row crosses from the JVM to
 a Python worker as Arrow before it is routed and encoded, and that crossing alone costs

@@ -1,4 +1,5 @@
-"""The native path (``spark_ext.read``): plan on the driver, scan without Python workers.
+"""The planned scans (``spark_ext.read(..., engine=...)``): plan on the driver once, at the
+call, and scan without Python workers.
 
 A Python data source hands every row to the JVM through Arrow from a Python worker; on
 large scans that costs more than ``spark.read.parquet`` (docs/benchmarks.md).  :func:`read`

@@ -312,6 +312,10 @@ class TxlogStreamReader(_ReaderBase, DataSourceStreamReader, SupportsTriggerAvai
         return offsets_to_json(self._last_latest) if self._last_latest is not None else None
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        return make_partitions(self.plan_groups(start, end))
+
+    def plan_groups(self, start: dict, end: dict) -> list[list[FileSlice]]:
+        """The slices from ``start`` to ``end``, grouped into Spark's input partitions."""
         s_map = offsets_from_json(start)
         e_map = offsets_from_json(end)
         # The range ends at or below an LSO already seen, and the LSO never moves back:
@@ -324,9 +328,8 @@ class TxlogStreamReader(_ReaderBase, DataSourceStreamReader, SupportsTriggerAvai
             ranges[tp] = check_range(tp, st, first, stop, self.ro.fail_on_data_loss,
                                      streaming=True)
         slices = plan_slices(self.log, states, ranges, self.ro.isolation)
-        groups = group_slices(slices, min_partitions=self.ro.min_partitions,
-                              max_partition_bytes=self.ro.max_partition_bytes)
-        return make_partitions(groups)
+        return group_slices(slices, min_partitions=self.ro.min_partitions,
+                            max_partition_bytes=self.ro.max_partition_bytes)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
         return self._read(partition)

@@ -10,6 +10,13 @@ then it reads TARGET back with the JVM scan.
 ``jvm`` reads SOURCE with the JVM scan at URL and writes it to TARGET at OUT_URL with
 the JVM writer, then reads SOURCE with the SQL scan (all open the objects with Spark's
 own Hadoop filesystems).
+``format`` does the same with ``format("txlog")`` alone (storage options as its
+``storage_options`` option, nothing set in Spark's Hadoop configuration by the job), then
+streams SOURCE at URL into STREAM_TARGET at OUT_URL with readStream/writeStream:
+
+    spark-submit --jars ... tests/spark/spark_job.py format URL OUT_URL SOURCE TARGET \
+        STREAM_TARGET OPTIONS
+
 OPTIONS is the storage options as JSON. The last line printed is ``RESULT <json>``.
 
     python tests/spark/spark_job.py connect sc://HOST:PORT URL SOURCE TARGET APP_ID
@@ -72,6 +79,35 @@ def _jvm(spark: Any, url: str, out_url: str, source: str, target: str,
             "endpoint": conf.get(f"fs.s3a.bucket.{url.split('/')[2]}.endpoint")}
 
 
+def _format(spark: Any, url: str, out_url: str, source: str, target: str, streamed: str,
+            options: str) -> dict[str, Any]:
+    import tempfile
+
+    df = (spark.read.format("txlog").option("path", url).option("topic", source)
+          .option("storage_options", options).load())
+    plan = df._jdf.queryExecution().executedPlan().toString()
+    rows = [[r.partition, r.offset, r.value.decode()] for r in
+            df.select("partition", "offset", "value").collect()]
+    (df.select("key", "value", "partition").write.format("txlog").mode("append")
+     .option("path", out_url).option("topic", target).option("storage_options", options)
+     .save())
+    q = (spark.readStream.format("txlog").option("path", url).option("topic", source)
+         .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "10")
+         .option("storage_options", options).load().select("key", "value")
+         .writeStream.format("txlog").option("path", out_url).option("topic", streamed)
+         .option("storage_options", options)
+         .option("checkpointLocation", tempfile.mkdtemp(prefix="txlog-ckpt-"))
+         .trigger(availableNow=True).start())
+    q.awaitTermination()
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    return {"rows": sorted(rows), "plan": plan,
+            "stream_sources": sorted({s["description"] for p in q.recentProgress
+                                      for s in p["sources"]}),
+            "stream_plan": q._jsq.explainInternal(False),
+            "stream_batches": sum(1 for p in q.recentProgress if p["numInputRows"]),
+            "endpoint": conf.get(f"fs.s3a.bucket.{url.split('/')[2]}.endpoint")}
+
+
 def _connect(spark: Any, url: str, source: str, target: str, app_id: str) -> dict[str, Any]:
     import spark_ext
 
@@ -89,7 +125,7 @@ def _connect(spark: Any, url: str, source: str, target: str, app_id: str) -> dic
         jvm_error = ""
     except Exception as exc:
         jvm_error = f"{type(exc).__name__}: {exc}"
-    # engine="auto" falls back to the SQL scan, which the server runs.
+    # The default API: on a Connect client, the Python data source the server runs.
     auto = spark_ext.read(spark, url, topic=source)
     auto_rows = sorted([r.partition, r.offset, r.value.decode(),
                         r.headers[0]["value"].decode()] for r in auto.collect())
@@ -115,6 +151,8 @@ def main(argv: list[str]) -> None:
         if argv[0] == "copy":
             result = _copy(spark, argv[1], argv[2], argv[3], argv[4],
                            options=argv[5] if len(argv) > 5 else "{}")
+        elif argv[0] == "format":
+            result = _format(spark, *argv[1:7])
         elif argv[0] == "connect":
             result = _connect(spark, *argv[1:5])
         elif argv[0] == "jvm":

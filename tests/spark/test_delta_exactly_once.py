@@ -289,6 +289,7 @@ def test_streaming_into_delta_exactly_once_across_sigkills(tmp_path: Path) -> No
         child.kill()
     out = Child(tmp_path, "stream", root, str(table), str(ckpt)).result()
     assert out["batches"] >= 1
+    assert out["sources"] == [f"txlog JVM stream [subscribe={SOURCE}]"], out["sources"]
     check_exactly_once(str(table), committed, aborted)
     version = delta_version(str(table))
     Child(tmp_path, "stream", root, str(table), str(ckpt)).result()
@@ -332,7 +333,9 @@ def _child_stream(root: str, table: str, ckpt: str) -> dict[str, Any]:
          .writeStream.format("delta").option("checkpointLocation", ckpt)
          .trigger(availableNow=True).start(table))
     q.awaitTermination()
-    return {"batches": len(q.recentProgress)}
+    return {"batches": len(q.recentProgress),
+            "sources": sorted({s["description"] for p in q.recentProgress
+                               for s in p["sources"]})}
 
 
 def _child_main(argv: list[str]) -> None:

@@ -241,7 +241,7 @@ def test_another_build_on_the_classpath_is_refused(
     with pytest.raises(ConfigError, match=r"another build of txlog's JVM scan .*spark\.jars"):
         spark_ext.read(spark, url, topic="j", engine="jvm")
     with pytest.warns(RuntimeWarning, match="another build"):
-        df = spark_ext.read(spark, url, topic="j")
+        df = spark_ext.read(spark, url, topic="j", engine="auto")
     assert rows(df) == expected
 
 
@@ -286,7 +286,7 @@ def test_without_a_jdk_auto_falls_back_and_jvm_says_why(
 
     monkeypatch.setattr(jvm_scan, "ensure_loaded", unavailable)
     with pytest.warns(RuntimeWarning, match="using the SQL scan"):
-        df = spark_ext.read(spark, url, topic="j")
+        df = spark_ext.read(spark, url, topic="j", engine="auto")
     assert "txlog planned scan" not in df._jdf.queryExecution().executedPlan().toString()
     assert rows(df) == expected
     with pytest.raises(ConfigError, match=r"JVM scan is unavailable: no javac.*engine='sql'"):

@@ -245,7 +245,8 @@ def test_writes_the_jvm_writer_does_not_take(spark: Any, tmp_path: Path,
                            (typed, "typed", "topic 'typed' is typed")):
         with pytest.raises(ConfigError, match=why):
             spark_ext.write(df, root, topic=topic, engine="jvm")
-        assert spark_ext.write(df, root, topic=topic) is None  # auto: format("txlog")
+        # auto: format("txlog")
+        assert spark_ext.write(df, root, topic=topic, engine="auto") is None
     assert [r.headers for r in consume(lg, "k")] == [[("h", b"x")]] * 10
     assert sorted(r.value["id"] for r in consume(lg, "typed")) == list(range(10))
 
@@ -257,7 +258,7 @@ def test_writes_the_jvm_writer_does_not_take(spark: Any, tmp_path: Path,
     with pytest.raises(ConfigError, match="JVM writer is unavailable: no javac"):
         spark_ext.write(plain, root, topic="k", engine="jvm")
     with pytest.warns(RuntimeWarning, match="JVM writer is unavailable: no javac"):
-        assert spark_ext.write(plain, root, topic="k") is None
+        assert spark_ext.write(plain, root, topic="k", engine="auto") is None
     assert len(consume(lg, "k")) == 20
 
 
@@ -320,7 +321,8 @@ def test_a_store_spark_cannot_open_goes_through_format_txlog(spark: Any, seaweed
                         storage_options=seaweed.storage_options)
     assert all(lg.partition_log(tp).refresh().high_watermark == 0
                for tp in lg.partitions_for("s"))
-    assert spark_ext.write(df, url, topic="s", storage_options=seaweed.storage_options) is None
+    assert spark_ext.write(df, url, topic="s", storage_options=seaweed.storage_options,
+                           engine="auto") is None
     assert sorted(int(r.value) for r in consume(lg, "s")) == list(range(20))
 
 

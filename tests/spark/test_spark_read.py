@@ -483,6 +483,9 @@ def _drain(writer: Any, *, available_now: bool = False, attempts: int = 3) -> No
                 assert q.exception() is None
             else:
                 q.processAllAvailable()
+            # The shared session has txlog's connector: the JVM stream served the query.
+            sources = {s["description"] for p in q.recentProgress for s in p["sources"]}
+            assert sources and all(d.startswith("txlog JVM stream") for d in sources), sources
             return
         except Exception as exc:
             if _SLOW_WORKER not in str(exc) or attempt == attempts - 1:

@@ -169,3 +169,37 @@ def test_jvm_scan_and_writer_on_s3_through_s3a(seaweed: SeaweedServer, tmp_path:
     out = consumed(url, options, "out")
     # Each row kept its partition; within one, the order of a write is Spark's.
     assert sorted((p, v) for p, _, v in out) == sorted((p, v) for p, _, v in expected)
+
+
+@pytest.mark.spark
+@pytest.mark.s3
+@pytest.mark.slow
+def test_format_txlog_on_s3_through_the_jvm_connector(seaweed: SeaweedServer,
+                                                      tmp_path: Path) -> None:
+    """format("txlog") alone, with the endpoint and credentials only in its
+    storage_options option: the JVM connector reads an s3:// root with its scan, writes
+    to the root addressed as s3a:// with its writer, and streams one topic into another
+    (readStream/writeStream, maxOffsetsPerTrigger, AvailableNow), all through S3A."""
+    jars = spark_procs.s3a_jars()
+    if len(jars) < 3:
+        pytest.skip("hadoop-aws and the AWS SDK are not in .jars/ (run scripts/fetch-jars.sh)")
+    connector = spark_ext.connector_jar()
+    assert connector is not None
+    url, options = seaweed.fresh_url("fmt"), seaweed.storage_options
+    expected = build(url, options, seed=33)
+    txlog.connect(url, options).create_topic("streamed", partitions=2)
+    out_url = "s3a://" + url.split("://", 1)[1]
+    got = spark_procs.submit(["--master", "local[2]",
+                              "--jars", ",".join(map(str, [*jars, connector])),
+                              str(spark_procs.JOB), "format", url, out_url, "in", "out",
+                              "streamed", json.dumps(options)], tmp_path, name="format")
+    assert "txlog JVM scan" in got["plan"], got["plan"]
+    assert got["endpoint"] == seaweed.endpoint  # set by the connector from storage_options
+    assert [tuple(r) for r in got["rows"]] == expected
+    out = consumed(url, options, "out")
+    assert sorted((p, v) for p, _, v in out) == sorted((p, v) for p, _, v in expected)
+    assert got["stream_sources"] == ["txlog JVM stream [topic=in]"], got["stream_sources"]
+    assert "txlog JVM streaming write [topic=streamed]" in got["stream_plan"]
+    assert got["stream_batches"] >= 2  # ten offsets per micro-batch
+    streamed = consumed(url, options, "streamed")
+    assert sorted(v for _, _, v in streamed) == sorted(v for _, _, v in expected)

@@ -477,6 +477,7 @@ def test_streaming_query_killed_and_restarted_from_checkpoint(tmp_path: Path) ->
     restart = Child(tmp_path, "stream", root, str(src), ckpt)
     res = restart.result()
     assert res["query_id"] == qid
+    assert "txlog JVM streaming write [topic=stream]" in res["plan"], res["plan"]
     # Spark replayed batch 1; its commit said so and wrote nothing.
     assert "already committed version 1; this write (version 1) commits nothing" in \
         restart.log.read_text()
@@ -535,7 +536,7 @@ def _child_stream(root: str, src: str, ckpt: str) -> dict[str, Any]:
          .writeStream.format("txlog").option("path", root).option("topic", "stream")
          .option("checkpointLocation", ckpt).trigger(availableNow=True).start())
     q.awaitTermination()
-    return {"query_id": str(q.id)}
+    return {"query_id": str(q.id), "plan": str(q._jsq.explainInternal(False))}
 
 
 def _child_main(argv: list[str]) -> None:

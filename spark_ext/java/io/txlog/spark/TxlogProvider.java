@@ -13,10 +13,11 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
 /**
  * txlog's Spark connector: {@code format("txlog")} as a DataSource V2 (found as
- * {@code txlog.DefaultSource}, see there). Batch reads and batch writes run here, planned
- * and committed by txlog's Python planner on the driver ({@link Planner}); streaming reads
- * and writes, and batch writes the JVM writer does not take (headers, typed topics, rows
- * naming their topics), go to txlog's Python data source through Spark's own wrapper.
+ * {@code txlog.DefaultSource}, see there). Batch and streaming reads and writes run here,
+ * planned and committed by txlog's Python planner on the driver ({@link Planner}); writes
+ * the JVM writer does not take (headers, typed topics, rows naming their topics), and
+ * roots Spark has no filesystem for, go to txlog's Python data source through Spark's own
+ * wrapper.
  */
 public class TxlogProvider implements TableProvider, DataSourceRegister {
     /** The schema this instance inferred: a table given another one was declared by the

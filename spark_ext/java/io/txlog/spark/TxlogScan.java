@@ -11,34 +11,30 @@ import org.apache.spark.sql.connector.read.Scan;
 import org.apache.spark.sql.connector.read.Statistics;
 import org.apache.spark.sql.connector.read.SupportsReportStatistics;
 import org.apache.spark.sql.connector.read.streaming.MicroBatchStream;
-import org.apache.spark.sql.internal.SQLConf;
 import org.apache.spark.sql.sources.Filter;
 import org.apache.spark.sql.types.StructType;
-import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
 /**
  * A batch read planned by txlog's Python planner when Spark asks for the batch, and read by
- * {@link PlannedScanProvider.PlannedScan}; a streaming read is the Python source's.
+ * {@link PlannedScanProvider.PlannedScan}; a streaming read is a {@link TxlogMicroBatchStream}.
  */
 final class TxlogScan implements Scan, SupportsReportStatistics {
     private static final Logger LOG = LoggerFactory.getLogger(TxlogScan.class);
 
     private final TxlogTable table;
     private final Map<String, String> options;
-    private final CaseInsensitiveStringMap queryOptions;
     private final StructType readSchema;
     private final ArrayNode filters;
     private final List<Filter> pushed;
     private PlannedScanProvider.PlannedScan planned;
     private String planSummary = "";
 
-    TxlogScan(TxlogTable table, Map<String, String> options, CaseInsensitiveStringMap queryOptions,
-              StructType readSchema, ArrayNode filters, List<Filter> pushed) {
+    TxlogScan(TxlogTable table, Map<String, String> options, StructType readSchema,
+              ArrayNode filters, List<Filter> pushed) {
         this.table = table;
         this.options = options;
-        this.queryOptions = queryOptions;
         this.readSchema = readSchema;
         this.filters = filters;
         this.pushed = pushed;
@@ -69,19 +65,23 @@ final class TxlogScan implements Scan, SupportsReportStatistics {
             }
             req.set("filters", filters);
             JsonNode plan = Planner.call(req);
-            StructType schema = PlannedScanProvider.parseSchema(plan.get("schema").asText());
-            int batchSize = Integer.parseInt(SQLConf.get().getConfString(
-                "spark.sql.parquet.columnarReaderBatchSize", "4096"));
-            PlannedScanProvider.PlannedTable t = new PlannedScanProvider.PlannedTable(
-                schema, plan.get("kafka").asBoolean(), batchSize,
-                plan.get("failOnDataLoss").asBoolean(true),
-                PlannedScanProvider.parsePlan(plan.get("plan").asText()));
-            planned = new PlannedScanProvider.PlannedScan(t, readSchema);
+            HadoopSettings.apply(plan.get("hadoopConf"));
+            planned = new PlannedScanProvider.PlannedScan(plannedTable(plan), readSchema);
             planSummary = ", " + plan.get("objects").asLong() + " of "
                 + plan.get("objectsBeforePushdown").asLong() + " batch objects";
             LOG.info("txlog: format(\"txlog\") read through the JVM connector: {}", description());
         }
         return planned;
+    }
+
+    /** The planner's answer to a {@code scan} or {@code stream_plan} request, as a table of
+     * the slices to read. */
+    static PlannedScanProvider.PlannedTable plannedTable(JsonNode plan) {
+        StructType schema = PlannedScanProvider.parseSchema(plan.get("schema").asText());
+        return new PlannedScanProvider.PlannedTable(
+            schema, plan.get("kafka").asBoolean(), TxlogMicroBatchStream.batchSize(),
+            plan.get("failOnDataLoss").asBoolean(true),
+            PlannedScanProvider.parsePlan(plan.get("plan").asText()));
     }
 
     @Override
@@ -92,9 +92,8 @@ final class TxlogScan implements Scan, SupportsReportStatistics {
 
     @Override
     public MicroBatchStream toMicroBatchStream(String checkpointLocation) {
-        LOG.info("txlog: format(\"txlog\") streaming read through txlog's Python data source");
-        return ((org.apache.spark.sql.connector.catalog.SupportsRead) table.python())
-            .newScanBuilder(queryOptions).build()
-            .toMicroBatchStream(checkpointLocation);
+        return new TxlogMicroBatchStream(options,
+                                         table.declared() ? table.schema().json() : null,
+                                         readSchema);
     }
 }

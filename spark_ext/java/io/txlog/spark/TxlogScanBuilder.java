@@ -57,7 +57,6 @@ final class TxlogScanBuilder implements ScanBuilder, SupportsPushDownRequiredCol
 
     @Override
     public Scan build() {
-        return new TxlogScan(table, table.options(options), options, required, filters.deepCopy(),
-                             pushed);
+        return new TxlogScan(table, table.options(options), required, filters.deepCopy(), pushed);
     }
 }

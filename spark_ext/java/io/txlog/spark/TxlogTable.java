@@ -90,8 +90,9 @@ final class TxlogTable implements Table, SupportsRead, SupportsWrite {
             String name = m.dataSourceExists("txlog_python") ? "txlog_python" : "txlog";
             if (!m.dataSourceExists(name)) {
                 throw new TxlogException("txlog.errors.ConfigError",
-                    "this read or write needs txlog's Python data source (streaming, or rows "
-                        + "the JVM writer does not take), and this session has none: install "
+                    "this read or write needs txlog's Python data source (rows the JVM writer "
+                        + "does not take, or a root Spark cannot open), and this session has "
+                        + "none: install "
                         + "txlog where the driver's Python finds it, or call "
                         + "spark_ext.register(spark)");
             }
@@ -124,6 +125,9 @@ final class TxlogTable implements Table, SupportsRead, SupportsWrite {
         }
         if (scheme == null || scheme.equals("file")) {
             return null;
+        }
+        if (scheme.equalsIgnoreCase("s3")) {
+            scheme = "s3a";  // the planner names an s3:// root's objects s3a://
         }
         try {
             org.apache.hadoop.fs.FileSystem.getFileSystemClass(

@@ -28,8 +28,8 @@ import org.slf4j.LoggerFactory;
  * A batch write of {@code format("txlog")}: the planner decides whether the JVM writer
  * takes it ({@code write_begin}); tasks stage Parquet objects as {@link StagedWriteProvider}
  * does, and {@link BatchWrite#commit} has the planner append them and commit the one
- * transaction ({@code write_commit}). Other writes, streaming writes and truncation go to
- * txlog's Python data source.
+ * transaction ({@code write_commit}); a streaming write is a {@link TxlogStreamingWrite}.
+ * Other writes and truncation go to txlog's Python data source.
  */
 final class TxlogWrite implements Write {
     private static final Logger LOG = LoggerFactory.getLogger(TxlogWrite.class);
@@ -101,14 +101,17 @@ final class TxlogWrite implements Write {
                      answer.get("fallback").asText());
             return python().toBatch();
         }
+        HadoopSettings.apply(answer.get("hadoopConf"));
         LOG.info("txlog: format(\"txlog\") write through the JVM connector");
         return new Committed(spec(answer, info.schema()));
     }
 
     @Override
     public StreamingWrite toStreaming() {
-        LOG.info("txlog: format(\"txlog\") streaming write through txlog's Python data source");
-        return python().toStreaming();
+        if (truncate) {
+            return python().toStreaming();
+        }
+        return TxlogStreamingWrite.of(table, info, this::python);
     }
 
     /** The staged writer's settings, and where its columns are in the written rows. */
