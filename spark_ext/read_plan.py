@@ -60,6 +60,7 @@ class FileSlice(NamedTuple):
     append_ms: int
     nbytes: int       # estimated bytes of the slice (for splitting)
     whole: bool = False  # the slice is every row of its object (nothing to trim)
+    object_bytes: int = 0  # the whole object's size as its log entry declares it (0: unknown)
 
     @property
     def start(self) -> int:
@@ -376,7 +377,7 @@ def plan_slices(log: Log, states: Mapping[TopicPartition, PartitionState],
             # Inside a compacted segment a run starts at file row ``row``: shifting the
             # base keeps "offset of file row i = base_offset + i" true for the run's rows.
             out.append(new((key, topic, partition, base - row, row + first - base, take,
-                            b.append_ms[i], est, whole)))
+                            b.append_ms[i], est, whole, size)))
     return out
 
 

@@ -73,7 +73,7 @@ def reference(s: PartitionState, start: int, end: int, isolation: str) -> list[F
         est = max(1, sizes[sp.data] * sp.take // sp.count)
         whole = runs[sp.data] == 1 and sp.row == 0 and sp.skip == 0 and sp.take == sp.count
         out.append(FileSlice(sp.data, TP.topic, TP.partition, sp.base_offset - sp.row,
-                             sp.file_row, sp.take, sp.append_ms, est, whole))
+                             sp.file_row, sp.take, sp.append_ms, est, whole, sizes[sp.data]))
     return out
 
 
