@@ -203,7 +203,7 @@ def plan_lines(plan: BatchPlan, groups: list[list[FileSlice]], where: HadoopLoca
             if "\t" in path or "\n" in path or "\t" in s.topic or "\n" in s.topic:
                 raise JvmScanUnavailable(f"object {path!r} has a tab or newline in its name")
             lines.append(f"{g}\t{path}\t{s.topic}\t{s.partition}\t{s.base_offset}\t{s.skip}\t"
-                         f"{s.take}\t{s.append_ms}\t{s.nbytes}")
+                         f"{s.take}\t{s.append_ms}\t{s.nbytes}\t{s.object_bytes}")
     return "\n".join(lines)
 
 

@@ -60,6 +60,7 @@ class FileSlice(NamedTuple):
     append_ms: int
     nbytes: int       # estimated bytes of the slice (for splitting)
     whole: bool = False  # the slice is every row of its object (nothing to trim)
+    object_bytes: int = 0  # the whole object's size as its log entry declares it (0: unknown)
 
     @property
     def start(self) -> int:
@@ -347,32 +348,50 @@ def plan_slices(log: Log, states: Mapping[TopicPartition, PartitionState],
                 ranges: Mapping[TopicPartition, tuple[int, int]], isolation: str,
                 ) -> list[FileSlice]:
     """The committed (or, under read_uncommitted, all data) batch objects in each range,
-    trimmed to it: ``PartitionState.plan_read`` decides, this only repackages."""
+    trimmed to it: ``PartitionState.read_indices`` decides, this only repackages."""
     out: list[FileSlice] = []
     for tp, (start, end) in ranges.items():
         if end <= start:
             continue
         st = states[tp]
-        spans, _ = st.plan_read(start, end, isolation)
-        if not spans:
+        picked, lo, limit = st.read_indices(start, end, isolation)
+        if not picked:
             continue
         b = st.batches
-        sizes: dict[str, int] = {}
-        runs: Counter[str] = Counter()
-        for d, n in zip(b.data, b.nbytes, strict=True):
-            sizes[d] = max(sizes.get(d, 0), n)  # a compacted segment's size is on one run
-            runs[d] += 1
-        for s in spans:
-            nbytes = sizes.get(s.data, 0)
-            est = max(1, nbytes * s.take // s.count) if s.count else 1
+        data, nbytes, bases, counts, rows = b.data, b.nbytes, b.base_offset, b.count, b.row
+        shared = _shared_objects(data, nbytes)
+        topic, partition = tp.topic, tp.partition
+        new = FileSlice._make
+        for i in picked:
+            key, base, count, row = data[i], bases[i], counts[i], rows[i]
+            first = base if base > lo else lo
+            last = base + count
+            if last > limit:
+                last = limit
+            take = last - first
+            size, runs = shared.get(key, (nbytes[i], 1))
+            est = max(1, size * take // count) if count else 1
             # An object named by one batch holds exactly its rows (a compacted segment is
             # named by each of its runs).
-            whole = runs[s.data] == 1 and s.row == 0 and s.skip == 0 and s.take == s.count
-            # Inside a compacted segment a run starts at file row s.row: shifting the base
-            # keeps "offset of file row i = base_offset + i" true for the run's rows.
-            out.append(FileSlice(s.data, tp.topic, tp.partition, s.base_offset - s.row,
-                                 s.file_row, s.take, s.append_ms, est, whole))
+            whole = runs == 1 and row == 0 and take == count
+            # Inside a compacted segment a run starts at file row ``row``: shifting the
+            # base keeps "offset of file row i = base_offset + i" true for the run's rows.
+            out.append(new((key, topic, partition, base - row, row + first - base, take,
+                            b.append_ms[i], est, whole, size)))
     return out
+
+
+def _shared_objects(data: list[str], nbytes: list[int]) -> dict[str, tuple[int, int]]:
+    """Objects named by more than one batch (a compacted segment's runs): their size
+    (recorded on one run) and how many batches name them."""
+    if len(set(data)) == len(data):
+        return {}
+    sizes: dict[str, int] = {}
+    runs: Counter[str] = Counter()
+    for d, n in zip(data, nbytes, strict=True):
+        sizes[d] = max(sizes.get(d, 0), n)
+        runs[d] += 1
+    return {d: (sizes[d], n) for d, n in runs.items() if n > 1}
 
 
 def group_slices(slices: list[FileSlice], *, min_partitions: int | None,

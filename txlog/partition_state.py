@@ -419,30 +419,44 @@ class PartitionState:
         consumed them all: the read's upper bound (the LSO or high watermark, capped by
         ``end``), which skips trailing markers and aborted batches.
         """
+        picked, lo, limit = self.read_indices(start, end, isolation)
+        b = self.batches
+        bases, counts = b.base_offset, b.count
+        return [ReadSpan(b.data[i], bases[i], counts[i], max(bases[i], lo),
+                         min(bases[i] + counts[i], limit), b.status[i], b.producer_id[i],
+                         b.append_ms[i], b.row[i]) for i in picked], limit
+
+    def read_indices(self, start: int, end: int | None, isolation: str = READ_COMMITTED,
+                     ) -> tuple[list[int], int, int]:
+        """What :meth:`plan_read` returns, as positions in ``batches``: ``(picked, lo,
+        limit)``; batch ``i`` of ``picked`` is read over offsets ``[max(base, lo),
+        min(base + count, limit))``, never empty.  For planners of many batches, which
+        need not build a span per batch."""
         if isolation not in ISOLATION_LEVELS:
             raise ValueError(f"unknown isolation level {isolation!r}")
         limit = self.end_offset(isolation)
         if end is not None:
             limit = min(limit, end)
         start = max(start, self.log_start_offset)
-        spans: list[ReadSpan] = []
         if start >= limit:
-            return spans, start
+            return [], start, start
         b = self.batches
-        committed_only = isolation == READ_COMMITTED
-        for i in range(self.batch_index_at(start), len(b)):
-            base = b.base_offset[i]
-            if base >= limit:
-                break
-            status = b.status[i]
-            if committed_only and status not in VISIBLE:
-                continue
-            stop = min(base + b.count[i], limit)
-            lo = max(base, start)
-            if lo < stop:
-                spans.append(ReadSpan(b.data[i], base, b.count[i], lo, stop, status,
-                                      b.producer_id[i], b.append_ms[i], b.row[i]))
-        return spans, limit
+        bases, counts, statuses = b.base_offset, b.count, b.status
+        first = self.batch_index_at(start)
+        stop = bisect.bisect_left(bases, limit, first)  # batches from here start at limit
+        if isolation == READ_COMMITTED:
+            picked = [i for i in range(first, stop) if statuses[i] in VISIBLE and counts[i]]
+        else:
+            picked = [i for i in range(first, stop) if counts[i]]
+        # Offsets are dense and batches do not overlap, so only the first and last batch
+        # can be cut by [start, limit); any that the cut leaves empty is dropped.
+        while picked and max(bases[picked[0]], start) >= min(bases[picked[0]]
+                                                              + counts[picked[0]], limit):
+            picked.pop(0)
+        while picked and max(bases[picked[-1]], start) >= min(bases[picked[-1]]
+                                                               + counts[picked[-1]], limit):
+            picked.pop()
+        return picked, start, limit
 
     def drop_batches_below(self, offset: int) -> list[str]:
         """Forget batches wholly below ``offset``; returns their objects no longer used."""

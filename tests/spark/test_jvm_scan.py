@@ -256,9 +256,10 @@ def test_an_object_shorter_than_its_entry_is_named(spark: Any, tmp_path: Path) -
     assert len(objects) == 1
     table = pq.read_table(objects[0])
     pq.write_table(table.slice(0, 2), objects[0])  # a valid object, one row short
-    for query in ("value", "offset"):  # the footer tells too
-        with pytest.raises(Exception,
-                           match=re.escape(objects[0].name) + ".* has 2 rows.*at least 3"):
+    # Opened at the size its entry declares, the object no longer parses there.
+    for query in ("value", "offset"):
+        with pytest.raises(Exception, match=re.escape(objects[0].name)
+                           + r".* is \d+ bytes, but its log entry says \d+"):
             spark_ext.read(spark, url, topic="s", engine="jvm").select(query).collect()
 
 

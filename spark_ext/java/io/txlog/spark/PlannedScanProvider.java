@@ -42,7 +42,8 @@ import org.apache.spark.util.SerializableConfiguration;
  *   <li>{@code txlog.schema}: the output schema (JSON);</li>
  *   <li>{@code txlog.kind}: {@code kafka} or {@code typed} (how timestamp is derived);</li>
  *   <li>{@code txlog.plan}: one slice per line, tab-separated: group, path, topic, partition,
- *       base offset, first row, rows, append time (ms), estimated bytes;</li>
+ *       base offset, first row, rows, append time (ms), estimated bytes, and the object's
+ *       size as its log entry declares it (0: unknown);</li>
  *   <li>{@code txlog.batchSize}: rows per columnar batch;</li>
  *   <li>{@code txlog.failOnDataLoss}: {@code false} skips objects deleted since planning.</li>
  * </ul>
@@ -91,9 +92,10 @@ public final class PlannedScanProvider implements TableProvider {
                 continue;
             }
             String[] f = line.split("\t", -1);
-            if (f.length != 9) {
+            if (f.length != 9 && f.length != 10) {
                 throw new IllegalArgumentException(
-                    "txlog planned scan: a plan line has " + f.length + " fields, not 9: " + line);
+                    "txlog planned scan: a plan line has " + f.length + " fields, not 10: "
+                        + line);
             }
             groups.computeIfAbsent(Integer.parseInt(f[0]), g -> new ArrayList<>()).add(f);
         }

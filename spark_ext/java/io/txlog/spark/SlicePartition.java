@@ -15,6 +15,7 @@ final class SlicePartition implements InputPartition {
     final long[] skips;
     final long[] takes;
     final long[] appendMs;
+    final long[] objectBytes;  // declared size of the whole object; 0: unknown
     private final long bytes;
 
     private SlicePartition(int n, long bytes) {
@@ -25,6 +26,7 @@ final class SlicePartition implements InputPartition {
         this.skips = new long[n];
         this.takes = new long[n];
         this.appendMs = new long[n];
+        this.objectBytes = new long[n];
         this.bytes = bytes;
     }
 
@@ -43,6 +45,7 @@ final class SlicePartition implements InputPartition {
             p.skips[i] = Long.parseLong(f[5]);
             p.takes[i] = Long.parseLong(f[6]);
             p.appendMs[i] = Long.parseLong(f[7]);
+            p.objectBytes[i] = f.length > 9 ? Long.parseLong(f[9]) : 0;
         }
         return p;
     }

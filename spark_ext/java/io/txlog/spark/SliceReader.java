@@ -5,12 +5,18 @@ import java.io.IOException;
 import java.util.List;
 
 import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.fs.FileStatus;
 import org.apache.hadoop.fs.Path;
 import org.apache.hadoop.mapred.FileSplit;
 import org.apache.hadoop.mapreduce.TaskAttemptID;
 import org.apache.hadoop.mapreduce.task.TaskAttemptContextImpl;
+import org.apache.parquet.HadoopReadOptions;
+import org.apache.parquet.ParquetReadOptions;
 import org.apache.parquet.hadoop.ParquetFileReader;
+import org.apache.parquet.hadoop.metadata.BlockMetaData;
+import org.apache.parquet.hadoop.metadata.ParquetMetadata;
 import org.apache.parquet.hadoop.util.HadoopInputFile;
+import org.apache.parquet.io.SeekableInputStream;
 import org.apache.spark.sql.connector.read.PartitionReader;
 import org.apache.spark.sql.execution.datasources.parquet.VectorizedParquetRecordReader;
 import org.apache.spark.sql.vectorized.ColumnVector;
@@ -18,6 +24,7 @@ import org.apache.spark.sql.vectorized.ColumnarBatch;
 import org.apache.spark.unsafe.types.UTF8String;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
+import scala.Option;
 
 /**
  * Reads one input partition's slices in order. Each batch it returns is a view: stored
@@ -121,21 +128,25 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
      * Opens the current slice's object; false if it is gone and may be skipped. A query of
      * derived columns alone reads only the footer: it still finds a missing object
      * (failOnDataLoss) and one with fewer rows than planned, as Spark's Parquet count does.
-     * Either way the Parquet reader's own lookup of the object is its only existence check
-     * (one request per object on a remote store, not two).
+     * Either way the object is opened at the size its log entry declares, without looking
+     * it up first (one request fewer per object on a remote store); an object of another
+     * size fails to open and is then reported as truncated or replaced.
      */
     private boolean openFile() throws IOException {
         Path path = new Path(part.paths[slice]);
         Configuration conf = context.getConfiguration();
         if (storedNames.isEmpty()) {
             if (!part.paths[slice].equals(footerPath)) {  // a segment's runs share one footer
-                try (ParquetFileReader footer =
-                         ParquetFileReader.open(HadoopInputFile.fromPath(path, conf))) {
-                    footerRows = footer.getRecordCount();
+                Opened o;
+                try {
+                    o = open(path, conf);
                 } catch (FileNotFoundException e) {
                     return gone(e);
-                } catch (IOException | RuntimeException e) {
-                    throw unreadable(e);
+                }
+                o.stream.close();
+                footerRows = 0;
+                for (BlockMetaData block : o.footer.getBlocks()) {
+                    footerRows += block.getRowCount();
                 }
                 footerPath = part.paths[slice];
             }
@@ -144,17 +155,29 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
             }
             return true;
         }
-        VectorizedParquetRecordReader reader = new VectorizedParquetRecordReader(false, batchSize);
+        Opened o;
         try {
-            // The split covers the whole object (row groups are picked by their midpoint),
-            // so its length need not be looked up first.
-            reader.initialize(new FileSplit(path, 0, Long.MAX_VALUE, (String[]) null), context);
+            o = open(path, conf);
+        } catch (FileNotFoundException e) {
+            return gone(e);
+        }
+        // Vectors sized for the rows this object gives (a batch object is often far
+        // smaller than a columnar batch): they are allocated anew for every object.
+        int capacity = (int) Math.max(1, Math.min(batchSize, end));
+        VectorizedParquetRecordReader reader = new VectorizedParquetRecordReader(false, capacity);
+        // The split covers the whole object (row groups are picked by their midpoint).
+        FileSplit split = new FileSplit(path, 0, Long.MAX_VALUE, (String[]) null);
+        try {
+            try {
+                reader.initialize(split, context, Option.apply(o.file), Option.apply(o.stream),
+                                  Option.apply(o.footer));
+            } catch (NoSuchMethodError e) {  // a Spark without it: the reader opens the object
+                o.stream.close();
+                reader.initialize(split, context);
+            }
             // Allocates the batch nextBatch() fills, with the topic's types: an object whose
             // columns do not convert to them fails in nextBatch(), named by unreadable().
             reader.resultBatch();
-        } catch (FileNotFoundException e) {
-            reader.close();
-            return gone(e);
         } catch (IOException | InterruptedException | RuntimeException e) {
             reader.close();
             throw unreadable(e);
@@ -164,6 +187,55 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
         batchStart = 0;
         batchRows = 0;
         return true;
+    }
+
+    /** An object opened with its footer read; the stream is positioned for the rows. */
+    private static final class Opened {
+        final HadoopInputFile file;
+        final SeekableInputStream stream;
+        final ParquetMetadata footer;
+
+        Opened(HadoopInputFile file, SeekableInputStream stream, ParquetMetadata footer) {
+            this.file = file;
+            this.stream = stream;
+            this.footer = footer;
+        }
+    }
+
+    private Opened open(Path path, Configuration conf) throws IOException {
+        long declared = part.objectBytes[slice];
+        HadoopInputFile in;
+        SeekableInputStream stream;
+        try {
+            in = declared > 0
+                ? HadoopInputFile.fromStatus(new FileStatus(declared, false, 1, 0, 0, path), conf)
+                : HadoopInputFile.fromPath(path, conf);
+            stream = in.newStream();
+        } catch (FileNotFoundException e) {
+            throw e;
+        } catch (IOException | RuntimeException e) {
+            throw unreadable(e);
+        }
+        try {
+            ParquetReadOptions options = HadoopReadOptions.builder(conf, path).build();
+            return new Opened(in, stream, ParquetFileReader.readFooter(in, options, stream));
+        } catch (IOException | RuntimeException e) {
+            stream.close();
+            if (declared > 0) {
+                long actual = path.getFileSystem(conf).getFileStatus(path).getLen();  // FNF: gone
+                if (actual != declared) {
+                    throw new IOException(
+                        "txlog: cannot read batch object " + part.paths[slice] + ": it is "
+                            + actual + " bytes, but its log entry says " + declared + "; it is "
+                            + "corrupt, truncated or was replaced. Check it with `txlog check`.",
+                        e);
+                }
+            }
+            if (e instanceof FileNotFoundException) {
+                throw (FileNotFoundException) e;
+            }
+            throw unreadable(e);
+        }
     }
 
     /** The current slice's object is gone: fail, or (failOnDataLoss=false) say false. */
