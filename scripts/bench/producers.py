@@ -63,10 +63,18 @@ def child(url: str, options: dict[str, Any], txn_id: str, partition: int,
         lat.append(time.monotonic() - s)
     elapsed = time.monotonic() - t0
     requests = C.diff_counts(C.counts(log.store), before)
+    # Where the reads come from (the code nearest each request): contention shows as
+    # reads after a lost conditional create.
+    sites: dict[str, int] = {}
+    for r in timeline.requests(since=t0):
+        if r.kind in ("get", "list", "delete", "put"):
+            where = f"{r.kind} {r.site.split(' < ')[0]}"
+            sites[where] = sites.get(where, 0) + 1
     p.close()
     print(json.dumps({"commits": len(lat), "seconds": elapsed,
                       "p50_ms": 1000 * C.median(lat),
-                      "p99_ms": 1000 * C.percentile(lat, 99), "requests": requests}),
+                      "p99_ms": 1000 * C.percentile(lat, 99), "requests": requests,
+                      "sites": sites}),
           flush=True)
 
 
@@ -110,14 +118,18 @@ def run_group(url: str, options: dict[str, Any], n: int, seconds: float,
                 p.wait()
     commits = sum(r["commits"] for r in results)
     requests: dict[str, int] = {}
+    sites: dict[str, int] = {}
     for r in results:
         for k, v in r["requests"].items():
             requests[k] = requests.get(k, 0) + v
+        for k, v in r["sites"].items():
+            sites[k] = sites.get(k, 0) + v
     return {"n": n, "commits": commits,
             "rate": sum(r["commits"] / r["seconds"] for r in results),
             "p50_ms": C.median([r["p50_ms"] for r in results]),
             "p99_ms": max(r["p99_ms"] for r in results),
-            "requests_per_commit": C.per(requests, commits)}
+            "requests_per_commit": C.per(requests, commits),
+            "reads_per_commit_by_site": C.per(sites, commits)}
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any] | None:
@@ -177,14 +189,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     ratios: dict[str, float] = {}
     for n in sizes:
         rate = C.median([g["rate"] for g in groups[n]])
-        one = C.median([g["rate"] for g in singles[n]])
+        alone = C.median([g["rate"] for g in singles[n]])
         ratio = C.median([g["rate"] / (n * s["rate"])
                           for g, s in zip(groups[n], singles[n], strict=True)])
         ratios[f"producers_{n}_vs_{n}x1"] = ratio
         curve_rate.append((n, rate))
         curve_ratio.append((n, ratio))
         last = groups[n][-1]
-        rows.append([n, rate, one, ratio, last["p50_ms"], last["p99_ms"],
+        rows.append([n, rate, alone, ratio, last["p50_ms"], last["p99_ms"],
                      C.fmt_counts(last["requests_per_commit"])])
     C.print_table(f"transactional producers on one root, {args.delay_ms:g} ms per request "
                   f"({seconds:g} s each, median of {rounds})",
