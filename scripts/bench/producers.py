@@ -5,13 +5,18 @@ producer alone times N, on SeaweedFS behind the latency proxy (25 ms per request
 Every producer runs in its own process (started for the run, with its own ``Log``), calls
 ``init_transactions()`` and reports ready; once all are ready the parent starts them
 together, and for ``--seconds`` each runs transactions of one 100-byte record to its own
-partition (``begin``, ``send``, ``commit_transaction()``), back to back.  The baseline is
-one producer alone, measured in each round just before the N producers (the order of
-sizes flips every round), so the ratio ``rate(N) / (N x rate(1))`` compares runs made
-minutes apart at most.  Near 1: the producers do not slow each other down.
+partition of a topic made for the group (``begin``, ``send``, ``commit_transaction()``),
+back to back.  The baseline is one producer alone, measured in each round just before the
+N producers (the order of sizes flips every round), so the ratio ``rate(N) / (N x
+rate(1))`` compares runs made minutes apart at most.  Near 1: the producers do not slow
+each other down.
 
-Each child also counts its store requests by kind and the compare-and-set retries that
-show contention (a lost conditional create on a state-log slot or a log slot).
+Each child also counts its store requests by kind and where its reads come from: requests
+per commit do not depend on the machine's load, so more of them with N producers than
+with one is contention (a lost conditional create on a state-log slot and the re-read
+after it).  The client processes' CPU and the proxy's (one Python process) are reported
+beside the rates, with the load average: on a small shared machine those, not txlog,
+can be what limits N producers.
 
     .venv/bin/python scripts/bench/producers.py [--tiny|--small|--full] [--delay-ms 25]
         [--seconds S] [--sizes 1,4,16,64]
@@ -21,6 +26,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import select
 import subprocess
 import sys
@@ -38,7 +44,15 @@ VALUE = b"x" * 100
 # -- one producer process ---------------------------------------------------------------------
 
 
-def child(url: str, options: dict[str, Any], txn_id: str, partition: int,
+def _cpu() -> float:
+    """CPU seconds of this process so far (all its threads)."""
+    import resource
+
+    u = resource.getrusage(resource.RUSAGE_SELF)
+    return u.ru_utime + u.ru_stime
+
+
+def child(url: str, options: dict[str, Any], txn_id: str, topic: str, partition: int,
           seconds: float) -> None:
     import txlog
     from txlog.testing.timeline import TimelineStore
@@ -52,16 +66,18 @@ def child(url: str, options: dict[str, Any], txn_id: str, partition: int,
     if sys.stdin.readline().strip() != "go":
         return
     before = C.counts(log.store)
+    cpu0 = _cpu()
     lat: list[float] = []
     t0 = time.monotonic()
     end = t0 + seconds
     while time.monotonic() < end:
         s = time.monotonic()
         p.begin_transaction()
-        p.send("t", VALUE, partition=partition)
+        p.send(topic, VALUE, partition=partition)
         p.commit_transaction()
         lat.append(time.monotonic() - s)
     elapsed = time.monotonic() - t0
+    cpu = _cpu() - cpu0
     requests = C.diff_counts(C.counts(log.store), before)
     # Where the reads come from (the code nearest each request): contention shows as
     # reads after a lost conditional create.
@@ -74,11 +90,15 @@ def child(url: str, options: dict[str, Any], txn_id: str, partition: int,
     print(json.dumps({"commits": len(lat), "seconds": elapsed,
                       "p50_ms": 1000 * C.median(lat),
                       "p99_ms": 1000 * C.percentile(lat, 99), "requests": requests,
-                      "sites": sites}),
+                      "sites": sites, "cpu_s": cpu}),
           flush=True)
 
 
 # -- the parent ---------------------------------------------------------------------------------
+
+
+def _total(c: dict[str, float]) -> float:
+    return float(sum(c.values()))
 
 
 def _read_line(proc: subprocess.Popen[str], timeout: float) -> str:
@@ -89,26 +109,44 @@ def _read_line(proc: subprocess.Popen[str], timeout: float) -> str:
     return proc.stdout.readline()
 
 
+def _proc_cpu(pid: int) -> float:
+    """CPU seconds of process ``pid`` so far (0 if it cannot be read)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def run_group(url: str, options: dict[str, Any], n: int, seconds: float,
-              tag: str) -> dict[str, Any]:
-    """N producer processes, started together; their total commits per second."""
+              tag: str, proxy_pid: int) -> dict[str, Any]:
+    """N producer processes, started together, each on a partition of a new topic (no
+    history left by earlier groups to read); their total commits per second."""
+    import txlog
+
+    topic = f"t-{tag}"
+    txlog.connect(url, options).create_topic(topic, n)
     procs = []
     try:
         for i in range(n):
             cmd = [sys.executable, str(Path(__file__).resolve()), "--child", url,
                    "--child-options", json.dumps(options), "--child-id", f"{tag}-{i}",
-                   "--child-partition", str(i), "--seconds", str(seconds)]
+                   "--child-topic", topic, "--child-partition", str(i),
+                   "--seconds", str(seconds)]
             procs.append(subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                           text=True, cwd=str(C.REPO)))
         for p in procs:  # every one initialised before any starts
-            line = _read_line(p, 300)
+            line = _read_line(p, 300 + 15 * n)  # (each start imports txlog: CPU)
             if line.strip() != "ready":
                 raise RuntimeError(f"a producer process failed to start: {line!r}")
+        proxy_cpu = _proc_cpu(proxy_pid)
         for p in procs:
             assert p.stdin is not None
             p.stdin.write("go\n")
             p.stdin.flush()
         results = [json.loads(_read_line(p, seconds + 300)) for p in procs]
+        proxy_cpu = _proc_cpu(proxy_pid) - proxy_cpu
         for p in procs:
             p.wait(timeout=60)
     finally:
@@ -128,6 +166,13 @@ def run_group(url: str, options: dict[str, Any], n: int, seconds: float,
             "rate": sum(r["commits"] / r["seconds"] for r in results),
             "p50_ms": C.median([r["p50_ms"] for r in results]),
             "p99_ms": max(r["p99_ms"] for r in results),
+            # Client CPU per commit: on a machine with few cores, N producers that need
+            # more CPU than it has are limited by it, not by each other.
+            "cpu_ms_per_commit": 1000 * sum(r["cpu_s"] for r in results) / max(1, commits),
+            "cpu_s_per_s": sum(r["cpu_s"] for r in results) / seconds,
+            # The proxy is one Python process: near 1 CPU s/s, it is what limits.
+            "proxy_cpu_s_per_s": proxy_cpu / seconds,
+            "load_average": os.getloadavg()[0],
             "requests_per_commit": C.per(requests, commits),
             "reads_per_commit_by_site": C.per(sites, commits)}
 
@@ -140,12 +185,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         p.add_argument("--child", default=None, help="(internal)")
         p.add_argument("--child-options", default="{}", help="(internal)")
         p.add_argument("--child-id", default="", help="(internal)")
+        p.add_argument("--child-topic", default="t", help="(internal)")
         p.add_argument("--child-partition", type=int, default=0, help="(internal)")
 
     args = C.parse_args(__doc__.splitlines()[0], stores=False, argv=argv, extra=extra)
     seconds = args.seconds or C.pick(args.mode, 2.0, 8.0, 20.0)
     if args.child:
-        child(args.child, json.loads(args.child_options), args.child_id,
+        child(args.child, json.loads(args.child_options), args.child_id, args.child_topic,
               args.child_partition, seconds)
         return None
     from txlog.testing.latency_proxy import LatencyModel, start_proxy_process
@@ -167,17 +213,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
             options = copy.deepcopy(target.storage_options)
             options.setdefault("client_kwargs", {})["endpoint_url"] = proxy.endpoint
             url = target.url("producers")
-            import txlog
-
-            txlog.connect(url, options).create_topic("t", max(sizes))
+            pid = proxy.process.pid
             for r in range(rounds):
                 order = sizes if r % 2 == 0 else sizes[::-1]
                 for n in order:
                     # One producer alone, then N together: the baseline beside each.
-                    one = run_group(url, options, 1, seconds, f"r{r}-n{n}-one")
+                    one = run_group(url, options, 1, seconds, f"r{r}-n{n}-one", pid)
                     singles[n].append(one)
                     res = one if n == 1 else run_group(url, options, n, seconds,
-                                                       f"r{r}-n{n}")
+                                                       f"r{r}-n{n}", pid)
                     groups[n].append(res)
                     C.progress(f"round {r + 1}/{rounds}: {n} producer(s) "
                                f"{res['rate']:.1f} commits/s (one alone "
@@ -196,18 +240,29 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         curve_rate.append((n, rate))
         curve_ratio.append((n, ratio))
         last = groups[n][-1]
+        # Requests per commit do not depend on the machine's load: more of them with N
+        # producers than alone is contention (lost conditional creates, their re-reads).
+        req = C.median([_total(g["requests_per_commit"]) for g in groups[n]])
+        req_one = C.median([_total(g["requests_per_commit"]) for g in singles[n]])
+        ratios[f"requests_per_commit_{n}_vs_1"] = C.ratio(req, req_one)
         rows.append([n, rate, alone, ratio, last["p50_ms"], last["p99_ms"],
+                     last["cpu_ms_per_commit"], last["cpu_s_per_s"],
+                     last["proxy_cpu_s_per_s"], last["load_average"], req,
                      C.fmt_counts(last["requests_per_commit"])])
     C.print_table(f"transactional producers on one root, {args.delay_ms:g} ms per request "
                   f"({seconds:g} s each, median of {rounds})",
                   ["producers", "commits/s", "one alone", "ratio to N x one",
-                   "commit p50 ms", "p99 ms", "requests per commit (last round)"], rows)
+                   "commit p50 ms", "p99 ms", "client CPU ms/commit", "client CPU s/s",
+                   "requests/commit", "by kind (last round)"], rows)
     goals = [{"name": f"{n} producers' commits/s vs {n} x one producer's "
                       f"({args.delay_ms:g} ms per request)",
               "store": "s3+proxy", "measured": ratios[f"producers_{n}_vs_{n}x1"],
               "target": 0.9 if n <= 16 else None, "cmp": ">=",
               "pass": (ratios[f"producers_{n}_vs_{n}x1"] >= 0.9) if n <= 16 else None}
              for n in sizes if n > 1]
+    goals += [{"name": f"(info) requests per commit, {n} producers vs one alone",
+               "store": "s3+proxy", "measured": ratios[f"requests_per_commit_{n}_vs_1"],
+               "target": None, "pass": None} for n in sizes if n > 1]
     return C.emit_json("producers", args.mode, delay_ms=args.delay_ms, seconds=seconds,
                        rounds=rounds, goals=goals, ratios=C.clean(ratios),
                        curves={"commits_per_s_by_producers": C.clean(curve_rate),
