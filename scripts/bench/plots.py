@@ -141,8 +141,7 @@ def producers_chart(result: dict[str, Any], path: Path) -> bool:
                       f"each ({delay} ms per request)", xlabel="producers (processes)",
                       ylabel="commits per second (all producers)",
                       series={"measured": rate,
-                              "N x one producer alone": [(n, n * one) for n, _ in rate]},
-                      logx=True)
+                              "N x one producer alone": [(n, n * one) for n, _ in rate]})
 
 
 def memory_chart(result: dict[str, Any], path: Path) -> bool:
