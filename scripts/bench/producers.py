@@ -253,7 +253,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
                   f"({seconds:g} s each, median of {rounds})",
                   ["producers", "commits/s", "one alone", "ratio to N x one",
                    "commit p50 ms", "p99 ms", "client CPU ms/commit", "client CPU s/s",
-                   "requests/commit", "by kind (last round)"], rows)
+                   "proxy CPU s/s", "load", "requests/commit", "by kind (last round)"],
+                  rows)
     goals = [{"name": f"{n} producers' commits/s vs {n} x one producer's "
                       f"({args.delay_ms:g} ms per request)",
               "store": "s3+proxy", "measured": ratios[f"producers_{n}_vs_{n}x1"],
