@@ -3,7 +3,9 @@
 ``run_all.py`` calls :func:`draw` with its collected results: the latency benchmark gives
 ``latency.png`` (commit latency in request times against partitions touched, and each
 operation's p50 against its goal), the scale benchmark one ``scale-<dimension>.png`` per
-curve it measured.  Without matplotlib nothing is drawn and :func:`draw` returns ``[]``.
+curve it measured, the producers benchmark ``producers.png`` (commits per second against
+producers) and the memory benchmark ``memory.png`` (peak RSS of each side).  Without
+matplotlib nothing is drawn and :func:`draw` returns ``[]``.
 """
 
 from __future__ import annotations
@@ -127,6 +129,50 @@ def scale_charts(result: dict[str, Any], out: Path) -> list[Path]:
     return made
 
 
+def producers_chart(result: dict[str, Any], path: Path) -> bool:
+    """Commits per second of N producers against N times one producer alone."""
+    curves = result.get("curves") or {}
+    rate = [tuple(p) for p in curves.get("commits_per_s_by_producers") or []]
+    one = {p[0]: p[1] for p in rate}.get(1)
+    if not rate or one is None:
+        return False
+    delay = result.get("delay_ms")
+    return line_chart(path, title=f"transactional producers on one root, one partition "
+                      f"each ({delay} ms per request)", xlabel="producers (processes)",
+                      ylabel="commits per second (all producers)",
+                      series={"measured": rate,
+                              "N x one producer alone": [(n, n * one) for n, _ in rate]})
+
+
+def memory_chart(result: dict[str, Any], path: Path) -> bool:
+    """Peak RSS of each side against the goal and the interpreter's own."""
+    plt = _pyplot()
+    med = result.get("median_peak_mb") or {}
+    names = [k for k in ("produce", "pyarrow_write", "poll", "poll_arrow", "pyarrow_read",
+                         "floor") if isinstance(med.get(k), (int, float))]
+    if plt is None or not names:
+        return False
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    colours = ["tab:blue" if not n.startswith("pyarrow") and n != "floor" else "tab:gray"
+               for n in names]
+    ax.bar(range(len(names)), [med[n] for n in names], color=colours)
+    ax.axhline(150, color="black", linewidth=1, linestyle="--", label="goal: 150 MB")
+    ax.set_xticks(list(range(len(names))))
+    ax.set_xticklabels([n.replace("_", " ") for n in names], rotation=20, ha="right",
+                       fontsize=8)
+    ax.set_ylabel("peak RSS, MB (median)")
+    ax.set_title(f"{result.get('mb')} MiB through a producer and back (txlog blue, "
+                 "pyarrow grey)", fontsize=10)
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
 def draw(results: Sequence[dict[str, Any]], out: Path) -> list[Path]:
     """Every chart the benchmarks' JSON results allow; the paths written."""
     made: list[Path] = []
@@ -135,4 +181,8 @@ def draw(results: Sequence[dict[str, Any]], out: Path) -> list[Path]:
             made.append(out / "latency.png")
         elif res.get("bench") == "scale":
             made += scale_charts(res, out)
+        elif res.get("bench") == "producers" and producers_chart(res, out / "producers.png"):
+            made.append(out / "producers.png")
+        elif res.get("bench") == "memory" and memory_chart(res, out / "memory.png"):
+            made.append(out / "memory.png")
     return made

@@ -32,8 +32,8 @@ HERE = Path(__file__).resolve().parent
 # Benchmarks written with common.py: they take --store.
 OWN = ("append", "txn_overhead", "read", "small_txn", "scale")
 # Run order; any other script found under scripts/bench/ runs after these.
-ORDER = ("append", "txn_overhead", "small_txn", "read", "scale", "latency", "spark_scan",
-         "spark_write", "spark_plan", "delta_exactly_once")
+ORDER = ("append", "txn_overhead", "small_txn", "read", "scale", "memory", "latency",
+         "producers", "spark_scan", "spark_write", "spark_plan", "delta_exactly_once")
 EXPECTED = ("spark_scan", "spark_write", "spark_plan")  # written by others; noted when missing
 NOT_BENCHES = {"common", "run_all", "plots", "plot_history", "__init__"}
 

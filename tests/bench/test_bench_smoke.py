@@ -47,6 +47,7 @@ CASES: dict[str, list[str]] = {
     "small_txn": ["--store", "local"],
     "read": ["--store", "local"],
     "scale": ["--store", "local"],
+    "memory": [],
     "run_all": ["--store", "local", "--only", "append", "--out", OUT_DIR],
 }
 NEEDS_DELTA = {"append", "small_txn", "run_all"}

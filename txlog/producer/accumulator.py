@@ -188,7 +188,13 @@ class Accumulator(Sender):
                     self._linger_error = exc
 
     def _maybe_flush(self, tp: TopicPartition, batch: _PendingBatch) -> None:
-        if batch.nbytes >= self.batch_size:
+        if self._pending_bytes + self._queued_bytes > self.buffer_memory:
+            # buffer.memory bounds the batches still filling too, or many partitions'
+            # open batches alone could hold partitions x batch.size; once it is used up
+            # every batch goes, as Kafka's accumulator treats all batches as ready when
+            # its pool is exhausted, and _backpressure waits for room.
+            self._flush_partitions(list(self._pending))
+        elif batch.nbytes >= self.batch_size:
             # Batches past linger go with it, as Kafka's sender drains every ready batch:
             # while full ones keep the writes busy, a quiet partition's would wait on.
             now = now_ms()
@@ -217,6 +223,7 @@ class Accumulator(Sender):
             failed = exc
         batches = self._join_queued([(tp, self._pending.pop(tp)) for tp in tps
                                      if tp in self._pending])
+        self._pending_bytes = sum(b.nbytes for b in self._pending.values())
         # Written in the background, as Kafka's sender thread does: the caller goes on
         # queueing records while the objects upload and the committer appends their
         # entries in order.  A transaction's writes wait for nothing but its commit.
@@ -242,6 +249,7 @@ class Accumulator(Sender):
                 batch.seal()
             except Exception as exc:
                 del self._pending[tp]
+                self._pending_bytes -= batch.nbytes
                 self._fail_batches([batch], exc)
                 failed = failed or exc
         if failed is None:

@@ -220,6 +220,7 @@ class Producer(TransactionManager):
             for batch in self._pending.values():
                 batch.fail(InvalidTxnStateError("transaction aborted before the batch was sent"))
             self._pending.clear()
+            self._pending_bytes = 0
         with self._qlock:
             self._tails.clear()
         self._abort_now()
@@ -261,6 +262,7 @@ class Producer(TransactionManager):
             fut = SendFuture(tp, len(batch.rows) + batch.table_rows, batch.outcome)
             batch.rows.append(row)
             batch.nbytes += size + 16
+            self._pending_bytes += size + 16
             self._maybe_flush(tp, batch)
         return fut
 
@@ -305,6 +307,7 @@ class Producer(TransactionManager):
             fut = SendFuture(tp, batch.table_rows, batch.outcome)
             batch.add_table(table, ts)
             batch.nbytes += table.nbytes
+            self._pending_bytes += table.nbytes
             self._maybe_flush(tp, batch)
         return fut
 
@@ -400,9 +403,13 @@ class Producer(TransactionManager):
         (``Log.metrics()``) under ``"log"``."""
         with self._qlock:
             queued_bytes, queued_steps = self._queued_bytes, self._queued_steps
+        with self._lock:
+            pending_bytes = sum(b.nbytes for b in self._pending.values())
         return {"transactional_id": self.transactional_id, "state": self.state.value,
                 "producer_id": self._producer_id, "epoch": self._epoch,
                 "queued_bytes": queued_bytes, "queued_writes": queued_steps,
+                # What buffer.memory bounds: batches still filling and those queued.
+                "buffered_bytes": pending_bytes + queued_bytes,
                 "pending_partitions": len(self._pending), "log": self.log.metrics()}
 
     def flush(self) -> None:
@@ -443,6 +450,7 @@ class Producer(TransactionManager):
                 self._fail_batches(list(self._pending.values()),
                                    InvalidTxnStateError("the producer was closed first"))
                 self._pending.clear()
+                self._pending_bytes = 0
                 self.state = State.CLOSED
                 self._sends_closed = "the producer is closed"
                 if self._wake is not None:
@@ -466,6 +474,7 @@ class Producer(TransactionManager):
                     "the producer was closed before the batch was sent; its transaction "
                     "was aborted"))
                 self._pending.clear()
+                self._pending_bytes = 0
             with self._qlock:
                 self._tails.clear()
             try:

@@ -102,6 +102,7 @@ class ProducerCore:
                                    list[_Written]]] = []
         self._lock = threading.RLock()
         self._pending: dict[TopicPartition, _PendingBatch] = {}
+        self._pending_bytes = 0  # of the batches in _pending (under _lock)
         # Why records cannot be queued now (None: they can); read and set under _lock. A
         # commit, abort or close() takes the pending batches under _lock and closes this
         # there, so a send that passed its state check before them, and takes the lock

