@@ -1,5 +1,6 @@
 """What a commit waits for on a remote store, where every request costs a round trip:
-the batch objects of one step upload side by side."""
+the batch objects of one step upload side by side, and the BEGIN entries go beside
+PrepareCommit."""
 
 from __future__ import annotations
 
@@ -11,7 +12,10 @@ import pytest
 from helpers import read_all
 
 import txlog
-from txlog.partition_log import PartitionLog
+from txlog.coordinator import Coordinator
+from txlog.errors import StorageError
+from txlog.model import BEGIN
+from txlog.partition_log import AppendSpec, PartitionLog
 
 PARTITIONS = 8
 
@@ -45,3 +49,58 @@ def test_a_commits_batch_objects_upload_side_by_side(
     p.commit_transaction()
     p.close()
     assert sorted(read_all(lg, "t")) == [f"v{i}".encode() for i in range(PARTITIONS)]
+
+
+def test_begin_entries_are_written_beside_prepare_commit(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A commit whose batches are unsent: the BEGIN entries and PrepareCommit are in
+    flight together (one round trip after the uploads), not one after the other."""
+    lg = _remote_like(tmp_path)
+    # The PrepareCommit write and both BEGIN entries wait for each other.
+    barrier = threading.Barrier(3, timeout=60)
+    real_append = PartitionLog.append
+    real_prepare = Coordinator.prepare_end
+
+    def append(plog: PartitionLog, spec: AppendSpec) -> Any:
+        if spec.kind == BEGIN:
+            barrier.wait()
+        return real_append(plog, spec)
+
+    def prepare_end(coord: Coordinator, *args: Any, **kwargs: Any) -> Any:
+        if args[3]:  # a commit
+            barrier.wait()
+        return real_prepare(coord, *args, **kwargs)
+
+    monkeypatch.setattr(PartitionLog, "append", append)
+    monkeypatch.setattr(Coordinator, "prepare_end", prepare_end)
+    p = lg.producer(transactional_id="tx", **{"linger.ms": 600_000})
+    p.init_transactions()
+    p.begin_transaction()
+    p.send("t", b"a", partition=0)
+    p.send("t", b"b", partition=1)
+    p.commit_transaction()
+    p.close()
+    assert sorted(read_all(lg, "t")) == [b"a", b"b"]
+
+
+@pytest.mark.parametrize("remote", [False, True], ids=["local", "remote"])
+def test_a_failed_begin_entry_beside_a_landed_decision_still_commits_everywhere(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, remote: bool) -> None:
+    lg = _remote_like(tmp_path)
+    lg.store.local_requests = not remote
+    real_append = PartitionLog.append
+
+    def append(plog: PartitionLog, spec: AppendSpec) -> Any:
+        if spec.kind == BEGIN and plog.partition == 1:
+            raise StorageError("injected: the BEGIN entry was not written")
+        return real_append(plog, spec)
+
+    monkeypatch.setattr(PartitionLog, "append", append)
+    p = lg.producer(transactional_id="tx", retries=0, **{"linger.ms": 600_000})
+    p.init_transactions()
+    p.begin_transaction()
+    futs = [p.send("t", f"v{i}".encode(), partition=i) for i in range(3)]
+    p.commit_transaction()
+    assert sorted(f.get(timeout=60).partition for f in futs) == [0, 1, 2]
+    p.close()
+    assert sorted(read_all(lg, "t")) == [b"v0", b"v1", b"v2"]

@@ -329,8 +329,13 @@ class Sender(Appender):
             try:
                 self._register(tps)
                 if defer:  # a commit's: its markers append them, and a reader that
-                    # meets the transaction here first rolls a decided one forward
-                    self._begin([tp for tp in dict.fromkeys(tps) if tp not in self._held])
+                    # meets the transaction here first rolls a decided one forward.
+                    # The BEGIN entries go beside PrepareCommit (_begin_beside); their
+                    # partitions count as held from here on.
+                    for tp in dict.fromkeys(tps):
+                        if tp not in self._held:
+                            self._held.add(tp)
+                            self._unbegun.append(tp)
             except BaseException:
                 wait([uploaded])
                 if uploaded.exception() is None:
