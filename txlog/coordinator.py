@@ -115,6 +115,8 @@ class Coordinator:
         """Fence any earlier instance and return this instance's (producer id, epoch)."""
         check_timeout(timeout_ms, max_transaction_timeout_ms(self.log))
         part = self.state_log.partition_for(txn_id)
+        if not part.loaded:  # (a new id needs one: its claim overlaps the reads below)
+            self.pids.claim_ahead()
         while True:
             part.refresh()
             cur = part.get(txn_id)

@@ -12,6 +12,7 @@ import pytest
 from helpers import read_all
 
 import txlog
+from txlog import layout
 from txlog.coordinator import Coordinator
 from txlog.errors import StorageError
 from txlog.model import BEGIN
@@ -104,3 +105,34 @@ def test_a_failed_begin_entry_beside_a_landed_decision_still_commits_everywhere(
     assert sorted(f.get(timeout=60).partition for f in futs) == [0, 1, 2]
     p.close()
     assert sorted(read_all(lg, "t")) == [b"v0", b"v1", b"v2"]
+
+
+def test_a_new_ids_init_claims_its_producer_id_block_while_reading_the_state_log(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In a process that holds no producer-id block yet, init_transactions() of a new
+    transactional.id lists the pid blocks (and claims one) while it reads its state-log
+    partition, instead of after."""
+    _remote_like(tmp_path)
+    lg = txlog.connect(str(tmp_path))  # a fresh client: no block, nothing loaded
+    # The pid-block listing and the state-log's first listing wait for each other.
+    barrier = threading.Barrier(2, timeout=60)
+    store = lg.store
+    real_list = store.list
+
+    first: set[bool] = set()
+
+    def listing(prefix: str, start_after: str | None = None) -> list[str]:
+        kind = prefix == layout.PID_BLOCK_PREFIX
+        if (kind or prefix.startswith(layout.TXN_PREFIX + "state/")) and kind not in first:
+            first.add(kind)  # the first listing of each kind waits for the other's
+            try:
+                barrier.wait()
+            except threading.BrokenBarrierError:
+                pass
+        return real_list(prefix, start_after)
+
+    monkeypatch.setattr(store, "list", listing)
+    p = lg.producer(transactional_id="fresh")
+    p.init_transactions()
+    p.close()
+    assert not barrier.broken, "the pid-block listing waited for the state log's"
