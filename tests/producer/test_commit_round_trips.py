@@ -136,3 +136,34 @@ def test_a_new_ids_init_claims_its_producer_id_block_while_reading_the_state_log
     p.init_transactions()
     p.close()
     assert not barrier.broken, "the pid-block listing waited for the state log's"
+
+
+def test_a_young_state_log_partition_is_read_with_one_round_of_listings(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """init_transactions() of a new transactional.id in a client that has not read its
+    state-log partition: the checkpoints and the first entries are listed side by side,
+    and a partition with no checkpoint and few entries needs no further listing."""
+    lg0 = _remote_like(tmp_path)
+    for _ in range(3):  # a few records in the partition that "fresh" hashes to
+        lg0.producer(transactional_id="fresh").init_transactions()
+    lg = txlog.connect(str(tmp_path))
+    lg.store.local_requests = False
+    barrier = threading.Barrier(2, timeout=60)
+    store = lg.store
+    real_list = store.list
+    state_lists: list[str] = []
+
+    def listing(prefix: str, start_after: str | None = None) -> list[str]:
+        if prefix.startswith(layout.TXN_PREFIX + "state/"):
+            state_lists.append(prefix)
+            if len(state_lists) <= 2:  # the first two wait for each other
+                barrier.wait()
+        return real_list(prefix, start_after)
+
+    monkeypatch.setattr(store, "list", listing)
+    p = lg.producer(transactional_id="fresh")
+    p.init_transactions()
+    p.close()
+    assert len(state_lists) == 2, state_lists
+    # It read the records the earlier instances wrote: the epoch moved on past theirs.
+    assert p.epoch == 3
