@@ -103,7 +103,10 @@ class Coordinator(TxnCompleter):
     def init_producer_id(self, txn_id: str, timeout_ms: int) -> tuple[int, int]:
         """Fence any earlier instance and return this instance's (producer id, epoch)."""
         check_timeout(timeout_ms, max_transaction_timeout_ms(self.log))
-        new = self.state_log.partition_for(txn_id).run(
+        part = self.state_log.partition_for(txn_id)
+        if not part.loaded:  # (a new id needs one: its claim overlaps the reads below)
+            self.pids.claim_ahead()
+        new = part.run(
             txn_id, partial(decide.init_producer_id, txn_id=txn_id, timeout_ms=timeout_ms),
             complete=self.complete, new_producer_id=self.pids.allocate)
         assert isinstance(new, TxnRecord)

@@ -97,6 +97,12 @@ class AppendSpec:
     parts: list[Part] | None = None
 
 
+#: Slots a refresh reads by name before it lists the tail (see PartitionLog._probe_tail):
+#: a commit adds a BEGIN entry and a COMMIT marker to a partition, and one more
+#: shows that nothing follows them.
+PROBE_SLOTS = 3
+
+
 def _parallel(store: ObjectStore) -> bool:
     return not store.local_requests
 
@@ -154,8 +160,43 @@ class PartitionLog:
         with self._lock:
             if self.state is None:
                 return self.load()
-            self._read_tail(self.state)
+            if self._probe_tail(self.state) == PROBE_SLOTS:
+                self._read_tail(self.state)  # a backlog: list the rest
             return self.state
+
+    def _probe_tail(self, st: PartitionState) -> int:
+        """Read the next PROBE_SLOTS slots' entries by name, side by side on a remote
+        store, instead of listing the tail: a reader that keeps up finds the one or two
+        new entries a commit adds (or none) with one round of GETs, where a LIST costs
+        a round trip of its own before they can be read, and more than a GET.  Slots
+        are claimed in order, so only the run up to the first missing one counts.
+        Returns how many entries were applied."""
+        keys = [layout.entry_key(self.topic, self.partition, st.next_slot + i)
+                for i in range(PROBE_SLOTS)]
+
+        def probe(key: str) -> bytes | None:
+            try:
+                return self.store.get(key)
+            except ObjectNotFoundError:
+                return None
+
+        if _parallel(self.store):
+            raws = fan_out(probe, keys)
+        else:
+            raws = []
+            for k in keys:
+                raws.append(probe(k))
+                if raws[-1] is None:
+                    break
+        applied = 0
+        for k, raw in zip(keys, raws, strict=False):
+            if raw is None:
+                break
+            e = decode_entry(raw, k)
+            self._check_owned(named_objects(e), f"log entry {k}")
+            st.apply(e)
+            applied += 1
+        return applied
 
     def current(self) -> PartitionState:
         with self._lock:

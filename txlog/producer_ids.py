@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+from concurrent.futures import Future
 
 from txlog import layout
 from txlog.model import new_token
@@ -21,12 +22,42 @@ class ProducerIdAllocator:
         self._lock = threading.Lock()
         self._next = 0
         self._end = 0
+        self._ahead: Future[int] | None = None  # a block being claimed in the background
+
+    def claim_ahead(self) -> None:
+        """Start claiming a block now if none is left, so that an ``allocate()`` soon
+        after does not wait for the claim's list and create: a new transactional.id's
+        init_transactions() reads its state-log partition meanwhile, and then needs an
+        id.  A block claimed and not used stays this allocator's for later ids."""
+        with self._lock:
+            if self._next < self._end or self._ahead is not None:
+                return
+            fut: Future[int] = Future()
+            self._ahead = fut
+        threading.Thread(target=self._claim_into, args=(fut,), daemon=True,
+                         name="txlog-pid-block").start()
+
+    def _claim_into(self, fut: Future[int]) -> None:
+        try:
+            fut.set_result(self._claim_block())
+        except BaseException as exc:
+            fut.set_exception(exc)
 
     def allocate(self) -> int:
         with self._lock:
+            ahead, self._ahead = self._ahead, None
             if self._next >= self._end:
-                block = self._claim_block()
+                block: int | None = None
+                if ahead is not None:
+                    try:
+                        block = ahead.result()
+                    except Exception:
+                        block = None  # claimed again below: its error was a store's
+                if block is None:
+                    block = self._claim_block()
                 self._next, self._end = block * BLOCK_SIZE, (block + 1) * BLOCK_SIZE
+            elif ahead is not None:
+                self._ahead = ahead  # not needed yet: kept for when this block runs out
             pid = self._next
             self._next += 1
             return pid

@@ -25,6 +25,7 @@ from txlog.errors import (
     ObjectNotFoundError,
     UnsupportedFormatError,
 )
+from txlog.fanout import fan_out
 from txlog.model import new_token
 from txlog.records import now_ms
 from txlog.storage.base import ObjectStore
@@ -43,6 +44,9 @@ log = logging.getLogger(__name__)
 
 DEFAULT_STATE_PARTITIONS = 50
 CHECKPOINT_INTERVAL = 200
+
+#: Slots whose entry keys share one prefix (see StateLogPartition._first_load).
+FIRST_SLOTS = 100
 VERSION = 1
 
 
@@ -81,12 +85,14 @@ class StateLogPartition:
             self._refresh()
 
     def _refresh(self) -> None:
+        keys: list[str] | None = None
         if not self.loaded:
-            self._load_checkpoint()
+            keys = self._first_load()
             self.loaded = True
-        start_after = self._entry_key(self.next_slot - 1) if self.next_slot else None
-        keys = self.store.list(layout.state_log_entries_prefix(self.partition),
-                               start_after=start_after)
+        if keys is None:
+            start_after = self._entry_key(self.next_slot - 1) if self.next_slot else None
+            keys = self.store.list(layout.state_log_entries_prefix(self.partition),
+                                   start_after=start_after)
         for key in keys:
             try:
                 slot = layout.slot_of(key)
@@ -120,8 +126,24 @@ class StateLogPartition:
             )
         return d
 
-    def _load_checkpoint(self) -> None:
-        keys = self.store.list(layout.state_log_checkpoint_prefix(self.partition))
+    def _first_load(self) -> list[str] | None:
+        """Load the newest checkpoint.  On a remote store, the entries of the first
+        FIRST_SLOTS slots are listed beside the checkpoints: a partition that has no
+        checkpoint and fewer entries than that (a young one) is then read whole without
+        a second listing in sequence.  Returns those entries' keys, or None if the
+        entries after the checkpoint are still to be listed."""
+        ckpt_prefix = layout.state_log_checkpoint_prefix(self.partition)
+        if self.store.local_requests:
+            self._load_checkpoint(self.store.list(ckpt_prefix))
+            return None
+        first = self._entry_key(0)[:-len("00.json")]  # the keys of slots 0-99
+        ckpts, young = fan_out(self.store.list, [ckpt_prefix, first])
+        self._load_checkpoint(ckpts)
+        if self.next_slot == 0 and len(young) < FIRST_SLOTS:
+            return young
+        return None
+
+    def _load_checkpoint(self, keys: list[str]) -> None:
         for key in reversed(keys):
             try:
                 d = self._decode(self.store.get(key), key)

@@ -65,13 +65,32 @@ class TxnCompleter:
             crashpoint("after_marker")
 
         tps = [TopicPartition(topic, p) for topic, p in prep.partitions]
-        if len(tps) > 1 and not self.log.store.local_requests:
-            # Markers are independent of each other: on a remote store write them in
-            # parallel (a 64-partition commit on S3 waited for 64 sequential round trips).
-            fan_out(mark, tps)
-        else:
-            for tp in tps:
-                mark(tp)
+        # A commit's BEGIN entries are written beside its PrepareCommit, so a partition
+        # may not show the transaction yet: its marker goes first.  Marked after the
+        # others, a crash in between would leave it where no reader meets the
+        # transaction, unmarked, while every partition that holds a reader is done.
+        remote = len(tps) > 1 and not self.log.store.local_requests
+        unheld: list[TopicPartition] = []
+        if commit:  # (loading a partition is a request: side by side on a remote store)
+            flags = fan_out(lambda tp: self._unheld(tp, prep), tps) if remote else \
+                [self._unheld(tp, prep) for tp in tps]
+            unheld = [tp for tp, f in zip(tps, flags, strict=True) if f]
+        for wave in (unheld, [tp for tp in tps if tp not in unheld]):
+            if len(wave) > 1 and not self.log.store.local_requests:
+                # Markers are independent of each other: on a remote store write them in
+                # parallel (a 64-partition commit on S3 waited for 64 sequential round
+                # trips).
+                fan_out(mark, wave)
+            else:
+                for tp in wave:
+                    mark(tp)
+
+    def _unheld(self, tp: TopicPartition, prep: TxnRecord) -> bool:
+        """Whether ``tp`` (as cached) shows neither an entry of ``prep``'s transaction
+        nor its marker: a reader there would read past the transaction."""
+        st = self.log.partition_log(tp).current()
+        key = (prep.producer_id, prep.epoch)
+        return key not in st.open_txns and st.fence_epoch.get(key[0], -1) < key[1]
 
     def write_marker(self, tp: TopicPartition, producer_id: int, epoch: int,
                      commit: bool, pending: PendingAppend | None = None,

@@ -25,10 +25,12 @@ pytestmark = pytest.mark.slow
 CHILD = str(Path(__file__).with_name("crash_child.py"))
 # (crash point, which hit): every step of one transaction, in the second transaction.
 # Per transaction: 2 AddPartitions calls (offsets partition, then the 5 data partitions
-# at commit), 1 append (the offsets), 5 BEGIN entries (the data partitions: their
-# batches are left to the COMMIT markers), 1 Prepare, 6 markers, 1 Complete.
+# at commit), 1 append (the offsets), 1 PrepareCommit, and beside it (after it, on a local
+# store) 5 BEGIN entries (the data partitions: their batches are left to the COMMIT
+# markers), then 6 markers, 1 Complete.
 POINTS = [
     ("after_add_partitions", 3), ("after_data_append", 2), ("after_add_partitions", 4),
+    ("after_decision", 2),
     ("after_begin", 6), ("after_begin", 8), ("after_begin", 10), ("after_prepare", 2),
     ("after_marker", 7), ("after_marker", 9), ("after_marker", 12), ("before_complete", 2),
 ]
@@ -100,7 +102,8 @@ def test_crash_then_new_instance_recovers(tmp_path: Path, point: str, hit: int,
 
 
 @pytest.mark.parametrize("point,hit,old", [
-    ("after_begin", 8, False), ("after_prepare", 2, False), ("after_marker", 9, False),
+    ("after_decision", 2, False), ("after_begin", 8, False), ("after_prepare", 2, False),
+    ("after_marker", 9, False),
     ("after_data_append", 10, True), ("after_prepare", 2, True)])
 def test_crash_then_reader_alone_recovers(tmp_path: Path, point: str, hit: int,
                                           old: bool) -> None:
@@ -165,4 +168,47 @@ def test_describe_shows_the_lso_a_reader_gets_after_a_crash_in_commit(
         for part in fresh.describe_topic(t)["partition_info"]:
             assert part["last_stable_offset"] == part["high_watermark"], (t, part)
             assert part["open_transactions"] == 0
+    assert set(assert_atomic_and_unstuck(txlog.connect(root))) == {0, 1}
+
+
+def test_a_decided_commit_without_begin_entries_is_rolled_forward_by_a_sweep(
+        tmp_path: Path) -> None:
+    """Killed once PrepareCommit landed, before any BEGIN entry beside it: no reader meets
+    the transaction, so it is invisible everywhere (never torn) and holds no LSO, until
+    the producer's next instance or `txlog maintain` rolls it forward, everywhere."""
+    root = str(tmp_path)
+    log = txlog.connect(root)
+    for t, n in TOPICS.items():
+        log.create_topic(t, partitions=n)
+    assert run_child(root, "after_decision:2", timeout_ms=60_000) == -9
+    assert set(assert_atomic_and_unstuck(txlog.connect(root))) == {0}
+    assert txlog.connect(root).coordinator.sweep() == ["tx"]
+    assert set(assert_atomic_and_unstuck(txlog.connect(root))) == {0, 1}
+
+
+READER = """
+import sys, txlog
+c = txlog.connect(sys.argv[1]).consumer(auto_offset_reset="earliest")
+c.subscribe(["a", "b"])
+while c.poll(2_000):
+    pass
+"""
+
+
+def test_a_roll_forward_killed_between_markers_leaves_no_partition_unheld(
+        tmp_path: Path) -> None:
+    """PrepareCommit landed with BEGIN entries in topic a only (the producer was killed
+    after its third BEGIN); a reader rolling the commit forward is killed after four of
+    its six markers.  The partitions with no BEGIN get their markers first, so every
+    partition still unmarked holds its LSO at the transaction and the next reader
+    finishes it: the transaction ends visible on all partitions."""
+    root = str(tmp_path)
+    log = txlog.connect(root)
+    for t, n in TOPICS.items():
+        log.create_topic(t, partitions=n)
+    assert run_child(root, "after_begin:8", timeout_ms=60_000) == -9
+    env = dict(os.environ, TXLOG_CRASH_AT="after_marker:4")
+    reader = subprocess.run([sys.executable, "-c", READER, root], env=env,
+                            capture_output=True, timeout=120)
+    assert reader.returncode == -9, reader.stderr.decode()[-2000:]
     assert set(assert_atomic_and_unstuck(txlog.connect(root))) == {0, 1}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -56,27 +57,45 @@ class Appender(ProducerCore):
                                                     self.epoch, new)
             self._registered.update(new)
 
-    def _begin(self, tps: list[TopicPartition]) -> None:
-        """Open the transaction in ``tps`` with a BEGIN entry each (model.BEGIN), while
-        the batches that its COMMIT markers will append there upload."""
+    def _begin_beside(self, tps: list[TopicPartition], decide: Callable[[], None],
+                      ) -> list[tuple[TopicPartition, BaseException]]:
+        """Run ``decide`` (a commit's PrepareCommit, on this thread) while the
+        transaction opens in ``tps`` with a BEGIN entry each (model.BEGIN): neither needs
+        the other, so a commit whose batches are unsent waits for its uploads and then
+        one round trip, not two.  Raises what ``decide`` raised; else returns the BEGIN
+        entries that failed (the commit is decided without them: its markers go to
+        those partitions first, see TxnCompleter.write_markers)."""
         if not tps:
-            return
+            decide()
+            return []
         # Read here, on the committer: the properties settle the last commit first, and
         # on a fan-out thread that would wait for the committer, which waits for it.
         pid, epoch = self.producer_id, self.epoch
 
-        def one(tp: TopicPartition) -> None:
+        def one(tp: TopicPartition | None) -> None:
+            if tp is None:
+                decide()
+                return
             self._append_with_retries(self.log.partition_log(tp), AppendSpec(
                 kind=BEGIN, count=0, producer_id=pid, epoch=epoch, transactional=True,
                 txn_id=self.transactional_id))
-            self._held.add(tp)
             crashpoint("after_begin")
 
-        if len(tps) > 1 and not self.log.store.local_requests:
-            fanout.fan_out(one, tps)
+        items: list[TopicPartition | None] = [None, *tps]
+        if self.log.store.local_requests:  # one after another, the decision first
+            decide()
+            errs: list[BaseException | None] = [None]
+            errs += [fanout.errors(one, [tp])[0] for tp in tps]
         else:
-            for tp in tps:
-                one(tp)
+            errs = fanout.errors(one, items)
+            if errs[0] is not None:
+                raise errs[0]
+        failed = [(tp, e) for tp, e in zip(tps, errs[1:], strict=True) if e is not None]
+        for tp, e in failed:
+            if not isinstance(e, Exception):
+                raise e  # an interrupt
+            _log.debug("BEGIN entry in %s not written beside a decided commit: %s", tp, e)
+        return failed
 
     def _append_now(self, tp: TopicPartition, table: pa.Table) -> int:
         """Write the batch object, then claim the partition's next slot for it."""

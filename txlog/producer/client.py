@@ -132,6 +132,7 @@ class Producer(TransactionManager):
         if not self._pipelining():  # else the queued commit resets them when it ends
             self._registered.clear()
             self._held.clear()
+            self._unbegun.clear()
             self._seq.clear()
 
     def send_offsets_to_transaction(self, offsets: Mapping[TopicPartition, int],

@@ -158,6 +158,9 @@ class ProducerCore:
         # Partitions where the open transaction has an entry (BEGIN or DATA): only there
         # may its COMMIT marker append batches (a reader meets the transaction there).
         self._held: set[TopicPartition] = set()
+        # Partitions of a commit whose BEGIN entries are written beside its
+        # PrepareCommit (held already: see Sender._write_batches).
+        self._unbegun: list[TopicPartition] = []
         self._error: BaseException | None = None
         # The state send() needs no further check in (see _check_can_send).
         self._sending_state = State.READY if transactional_id is None else \

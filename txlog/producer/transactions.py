@@ -10,6 +10,7 @@ from concurrent.futures import Future, wait
 from typing import TYPE_CHECKING
 
 from txlog import completions
+from txlog.crashpoints import crashpoint
 from txlog.errors import (
     AtomicCreateUnsupportedError,
     CorruptObjectError,
@@ -174,6 +175,7 @@ class TransactionManager(Accumulator):
             raise
         self._registered.clear()
         self._held.clear()
+        self._unbegun.clear()
         self._seq.clear()
         self.state = State.READY
 
@@ -203,6 +205,7 @@ class TransactionManager(Accumulator):
             completions.track(self.log.store.identity, end.producer_id, end.epoch,
                               c.markers)
             self._completing = c
+            crashpoint("after_decision")
         record_end_txn(self.log, commit, (time.perf_counter() - t0) * 1000)
 
     def _commit_queued(self, batches: list[tuple[TopicPartition, _PendingBatch]],
@@ -233,8 +236,10 @@ class TransactionManager(Accumulator):
             except BaseException as exc:
                 self._drop_group(group, exc, discard=True)  # never named anywhere
                 raise
+            begin, self._unbegun = self._unbegun, []
             try:
-                self._decide(commit=True, pending=pending, batches=named)
+                self._begin_beside(begin, lambda: self._decide(
+                    commit=True, pending=pending, batches=named))
             except BaseException as exc:
                 if not isinstance(exc, (StorageError, OSError)) or _definite(exc):
                     self._drop_group(group, exc, discard=False)
@@ -248,6 +253,7 @@ class TransactionManager(Accumulator):
                     raise unknown from exc
         self._registered.clear()
         self._held.clear()
+        self._unbegun.clear()
         self._seq.clear()
         _resolve(decided)  # a blocking commit_transaction() returns; the markers follow
         try:

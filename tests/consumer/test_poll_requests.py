@@ -1,0 +1,76 @@
+"""What a read_committed poll of a partition costs in requests: a reader that keeps up
+reads the new entries by name (no LIST) and lists only behind a backlog."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import txlog
+from txlog import TopicPartition
+from txlog.partition_log import PROBE_SLOTS
+
+TP = TopicPartition("t", 0)
+
+
+@pytest.fixture(params=[False, True], ids=["local", "remote"])
+def log(request: Any, tmp_path: Path) -> txlog.Log:
+    lg = txlog.connect(str(tmp_path))
+    lg.store.local_requests = not request.param
+    lg.create_topic("t", partitions=1)
+    return lg
+
+
+class Counting:
+    def __init__(self, log: txlog.Log, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.lists: list[str] = []
+        real = log.store.list
+
+        def listing(prefix: str, start_after: str | None = None) -> list[str]:
+            self.lists.append(prefix)
+            return real(prefix, start_after)
+
+        monkeypatch.setattr(log.store, "list", listing)
+
+
+def _commit(log: txlog.Log, values: list[bytes]) -> None:
+    p = log.producer(transactional_id="tx")
+    p.init_transactions()
+    for v in values:
+        p.begin_transaction()
+        p.send("t", v, partition=0)
+        p.commit_transaction()
+    p.close()
+
+
+def test_polls_that_keep_up_read_new_entries_without_listing(
+        log: txlog.Log, monkeypatch: pytest.MonkeyPatch) -> None:
+    reader = txlog.connect(log.url)
+    reader.store.local_requests = log.store.local_requests
+    c = reader.consumer(auto_offset_reset="earliest")
+    c.assign([TP])
+    assert c.poll(timeout_ms=0) == []  # loads the partition (a listing)
+    counting = Counting(reader, monkeypatch)
+    assert c.poll(timeout_ms=0) == []  # idle
+    _commit(log, [b"a"])
+    assert [r.value for r in c.poll(timeout_ms=0)] == [b"a"]
+    assert counting.lists == []
+
+
+def test_a_backlog_past_the_probed_slots_is_read_whole(
+        log: txlog.Log, monkeypatch: pytest.MonkeyPatch) -> None:
+    reader = txlog.connect(log.url)
+    reader.store.local_requests = log.store.local_requests
+    c = reader.consumer(auto_offset_reset="earliest")
+    c.assign([TP])
+    assert c.poll(timeout_ms=0) == []
+    counting = Counting(reader, monkeypatch)
+    values = [f"v{i}".encode() for i in range(PROBE_SLOTS + 3)]
+    _commit(log, values)
+    got: list[bytes] = []
+    while batch := c.poll(timeout_ms=0):
+        got.extend(r.value for r in batch)
+    assert got == values
+    assert counting.lists  # behind a backlog it lists the rest
