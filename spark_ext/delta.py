@@ -110,26 +110,73 @@ def table_location(spark: SparkSession, table: str) -> str | None:
     return str(spark.sql(f"DESCRIBE DETAIL {table}").first()["location"])  # type: ignore[index]
 
 
+@dataclass(frozen=True)
+class AppRecord:
+    """What the newest snapshot of a Delta table says about one app id."""
+
+    location: str | None  # None: a named table that does not exist yet
+    table_version: int  # the snapshot's version; -1: no table yet
+    txn_version: int | None  # the highest txnVersion the app committed; None: never
+
+
+def _jvm(spark: SparkSession) -> Any:
+    return spark._jvm  # type: ignore[attr-defined]
+
+
+def app_record(spark: SparkSession, table: str, app_id: str) -> AppRecord:
+    """The table's version and ``app_id``'s highest txnVersion in a fresh snapshot.
+
+    Delta computes the snapshot's state for this (a Spark job over the table's log), as
+    its own check of an idempotent write does: a write that starts from the same
+    snapshot (no commit in between) finds the state computed and does not compute it
+    again, so a round pays for it once."""
+    loc = table_location(spark, table)
+    if loc is None:
+        return AppRecord(None, -1, None)
+    snapshot = _jvm(spark).org.apache.spark.sql.delta.DeltaLog.forTableWithSnapshot(
+        spark._jsparkSession, loc)._2()  # type: ignore[attr-defined]
+    version = int(snapshot.version())
+    if version < 0:
+        return AppRecord(loc, -1, None)
+    held = snapshot.transactions().get(app_id)
+    return AppRecord(loc, version, int(held.get()) if held.isDefined() else None)
+
+
 def txn_version(spark: SparkSession, table: str, app_id: str) -> int | None:
     """The highest txnVersion ``app_id`` committed to the table (None: never, or no table),
     from a fresh snapshot of its log."""
-    loc = table_location(spark, table)
-    if loc is None:
-        return None
-    jvm: Any = spark._jvm  # type: ignore[attr-defined]
-    snapshot = jvm.org.apache.spark.sql.delta.DeltaLog.forTableWithSnapshot(
-        spark._jsparkSession, loc)._2()  # type: ignore[attr-defined]
-    if snapshot.version() < 0:
-        return None
-    found = snapshot.transactions().get(app_id)
-    return int(found.get()) if found.isDefined() else None
+    return app_record(spark, table, app_id).txn_version
+
+
+def round_committed_after(spark: SparkSession, location: str, app_id: str, number: int,
+                          after: int) -> dict[str, Any] | None:
+    """txlog's userMetadata of the commit in which ``app_id`` wrote round ``number``,
+    looked for in the table's commits after version ``after`` (None: not among them).
+
+    It reads those commit files through the table's log (no Spark job); a commit's
+    CommitInfo comes first in its file, so usually one action per commit is looked at."""
+    log = _jvm(spark).org.apache.spark.sql.delta.DeltaLog.forTable(
+        spark._jsparkSession, location)  # type: ignore[attr-defined]
+    no_catalog_table = getattr(log, "getChanges$default$2")()
+    commits = log.getChanges(after + 1, no_catalog_table, False)
+    while commits.hasNext():
+        actions = commits.next()._2().iterator()
+        while actions.hasNext():
+            doc = json.loads(actions.next().json())
+            info = doc.get("commitInfo")
+            if info is None:
+                continue
+            meta = parse_user_metadata(info.get("userMetadata"))
+            if meta is not None and meta["app"] == app_id and meta["round"] == number:
+                return meta
+            break  # one CommitInfo per commit: this commit is not the round's
+    return None
 
 
 def _history_metadata(spark: SparkSession, loc: str, app_id: str, limit: int | None,
                       ) -> tuple[dict[int, dict[str, Any]], bool]:
     """txlog's userMetadata of ``app_id``'s commits among the newest ``limit`` (None: all)
-    by round, and whether that was the whole history.  Reading commit files only (no
-    state reconstruction), it costs far less than a snapshot's transactions."""
+    by round, and whether that was the whole history."""
     from delta.tables import DeltaTable
 
     dt = DeltaTable.forPath(spark, loc)
@@ -144,26 +191,6 @@ def _history_metadata(spark: SparkSession, loc: str, app_id: str, limit: int | N
 
 #: Commits of the history looked at first: the job's own commit is nearly always among them.
 RECENT = 16
-
-
-def latest_round(spark: SparkSession, table: str, app_id: str,
-                 ) -> tuple[int | None, dict[int, dict[str, Any]]]:
-    """The highest txnVersion ``app_id`` committed to the table (None: never, or no table),
-    and the userMetadata of its rounds among the newest commits."""
-    loc = table_location(spark, table)
-    if loc is None or not _exists(spark, loc):
-        return None, {}
-    rounds, whole = _history_metadata(spark, loc, app_id, RECENT)
-    if rounds:
-        return max(rounds), rounds
-    # Not among the newest commits: ask the table's state (exact, but a Spark job).
-    return (None if whole else txn_version(spark, loc, app_id)), rounds
-
-
-def _exists(spark: SparkSession, loc: str) -> bool:
-    from delta.tables import DeltaTable
-
-    return bool(DeltaTable.isDeltaTable(spark, loc))
 
 
 def find_commit_metadata(spark: SparkSession, table: str, app_id: str, version: int,
@@ -253,11 +280,14 @@ def to_txlog(spark: SparkSession, *, table: str, path: str, topic: str,
     ``changes_from``: None writes the whole table as of ``version``; an int writes its
     change data feed (``_change_type``, ``_commit_version``, ``_commit_timestamp`` columns
     included) from that version through ``version``; ``"next"`` starts after the version
-    this app id last exported (version 0 the first time): an incremental export.  The
-    table needs ``delta.enableChangeDataFeed`` for the change feed.  ``to_records`` turns
+    this app id last exported (version 0 the first time): an incremental export, which
+    commits nothing if another export of the app committed in the meantime (it would
+    repeat changes that one wrote; run it again to continue after it).  The table needs
+    ``delta.enableChangeDataFeed`` for the change feed.  ``to_records`` turns
     rows into the topic's columns (key, value, optional partition)."""
     import spark_ext
     import txlog
+    from spark_ext.writer import AFTER_VERSION_OPTION, _pause_point
     from txlog.app_versions import committed_app_version
 
     loc = table_location(spark, table)
@@ -288,7 +318,13 @@ def to_txlog(spark: SparkSession, *, table: str, path: str, topic: str,
         df = (reader.option("readChangeFeed", "true").option("startingVersion", start)
               .option("endingVersion", upto).load(loc))
     opts: dict[str, Any] = {"topic": topic, "txnAppId": app, "txnVersion": str(upto)}
+    if changes_from == "next":
+        # Commit only if the app still stands where this export started: a concurrent
+        # export of the same app that committed first has written some of these changes.
+        assert start is not None
+        opts[AFTER_VERSION_OPTION] = str(start - 1)
     if storage_options:
         opts["storage_options"] = json.dumps(dict(storage_options))
+    _pause_point("export-before-write")
     result = spark_ext.write(to_records(df), path, opts, engine="auto")
     return ExportResult(app, upto, start, result)

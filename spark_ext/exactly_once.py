@@ -263,12 +263,14 @@ def run_into_delta(spark: SparkSession, lg: Log, *, path: str, source_topic: str
                 # Nothing to read, so no round is pending either (a round written to the
                 # table but not committed here covers offsets from the group's position).
                 break
-            latest, recent = sd.latest_round(spark, sink_delta, app)
-            in_table = latest or 0
+            # One fresh snapshot of the table: its version and the app's record (its state,
+            # which the write below reuses for Delta's own txnVersion check).
+            record = sd.app_record(spark, sink_delta, app)
+            in_table = record.txn_version or 0
             number = len(result.rounds) + 1
             if in_table == done + 1:
                 end = _range_in_table(spark, lg, sink_delta, app, in_table, group_id,
-                                      source_topic, start, recent.get(in_table))
+                                      source_topic, start)
                 _commit_round(p, group_id, app, in_table, end)
                 rnd = Round(number, start, end, committed=True, settled=True)
             elif in_table != done:
@@ -287,9 +289,13 @@ def run_into_delta(spark: SparkSession, lg: Log, *, path: str, source_topic: str
                                     version=done + 1, metadata=meta)
                 _pause_point("delta-after-write")
                 # Delta skips the write if another run wrote this round first: commit
-                # the range the table's round holds.
+                # the range the table's round holds, found among the commits after the
+                # snapshot read above.
+                location = record.location or sd.table_location(spark, sink_delta)
+                held_meta = None if location is None else sd.round_committed_after(
+                    spark, location, app, done + 1, record.table_version)
                 held = _range_in_table(spark, lg, sink_delta, app, done + 1, group_id,
-                                       source_topic, start)
+                                       source_topic, start, held_meta)
                 _commit_round(p, group_id, app, done + 1, held)
                 rnd = Round(number, start, held, committed=held == end)
         finally:

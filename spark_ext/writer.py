@@ -106,9 +106,13 @@ log = logging.getLogger("spark_ext.writer")
 WRITE_OPTIONS = (
     "path", "storage_options", "topic", "transactional.id", "partitioner",
     "txnAppId", "txnVersion", "transaction.timeout.ms", "maxFileBytes", "txlog.sendOffsets",
+    "txlog.txnAfterVersion",
 )
 #: Internal option of :mod:`spark_ext.exactly_once`: consumer offsets to commit with the data.
 SEND_OFFSETS_OPTION = "txlog.sendOffsets"
+#: Internal option of incremental exports (:func:`spark_ext.delta.to_txlog`): the txnAppId's
+#: committed version the data was read after (-1: none); any other commits nothing.
+AFTER_VERSION_OPTION = "txlog.txnAfterVersion"
 #: Options Spark itself adds to streaming writes.
 STREAM_EXTRA_OPTIONS = ("checkpointLocation", "queryName", "outputMode")
 
@@ -171,6 +175,8 @@ class WriteOptions:
     producer_config: dict[str, Any] = field(default_factory=dict)
     file_bytes: int = staging.DEFAULT_FILE_BYTES
     send_offsets: SendOffsets | None = None
+    # With app_id: the app's committed version this write's data follows (-1: none).
+    app_after: int | None = None
 
     def connect(self) -> Log:
         from txlog.log import connect
@@ -214,6 +220,14 @@ def parse_write_options(options: Mapping[str, Any], *, streaming: bool) -> Write
         send = SendOffsets.from_json(opts[SEND_OFFSETS_OPTION], SEND_OFFSETS_OPTION)
         if app_id is not None:
             raise ConfigError(f"option {SEND_OFFSETS_OPTION!r} cannot be combined with txnAppId")
+    after = None
+    if opts.get(AFTER_VERSION_OPTION):
+        if app_id is None or version is None:
+            raise ConfigError(f"option {AFTER_VERSION_OPTION!r} needs txnAppId and txnVersion")
+        after = parse_int(opts[AFTER_VERSION_OPTION], AFTER_VERSION_OPTION, minimum=-1)
+        if after >= version:
+            raise ConfigError(f"option {AFTER_VERSION_OPTION!r} ({after}) must be below "
+                              f"txnVersion ({version})")
     cfg: dict[str, Any] = {}
     if "transaction.timeout.ms" in opts:
         cfg["transaction.timeout.ms"] = parse_int(
@@ -226,7 +240,7 @@ def parse_write_options(options: Mapping[str, Any], *, streaming: bool) -> Write
         transactional_id=tid,
         partitioner=staging.validate_partitioner(opts.get("partitioner", "default")),
         app_id=app_id, app_version=version, producer_config=cfg, file_bytes=file_bytes,
-        send_offsets=send)
+        send_offsets=send, app_after=after)
 
 
 # -- commit messages -------------------------------------------------------------------------
@@ -431,6 +445,13 @@ def commit_staged(wo: WriteOptions, files: list[StagedFile], txns: Iterable[str]
         if done is not None and done >= app_version:
             skipped = (f"txnAppId {app_id!r} already committed version {done}; this write "
                        f"(version {app_version}) commits nothing ({rows} rows discarded)")
+        elif wo.app_after is not None and (-1 if done is None else done) != wo.app_after:
+            # Another run committed versions this write read as new: committing would
+            # repeat them.
+            skipped = (f"txnAppId {app_id!r} committed version {done} after this write read "
+                       f"the versions following {wo.app_after}: another run exported "
+                       f"them; this write (version {app_version}) commits nothing ({rows} "
+                       "rows discarded). Run it again to continue after that run")
     if skipped is None and wo.send_offsets is not None:
         so = wo.send_offsets
         now = read_committed_offsets(lg, so.group, list(so.start))

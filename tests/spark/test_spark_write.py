@@ -261,6 +261,11 @@ def test_write_options_are_checked() -> None:
          "cannot be combined"),
         ({"path": "/x", "partitioner": "hash"}, "unknown partitioner"),
         ({"path": "/x", "storage_options": "{nope"}, "not valid JSON"),
+        ({"path": "/x", "txlog.txnAfterVersion": "0"}, "needs txnAppId"),
+        ({"path": "/x", "txnAppId": "a", "txnVersion": "2", "txlog.txnAfterVersion": "2"},
+         "must be below"),
+        ({"path": "/x", "txnAppId": "a", "txnVersion": "2", "txlog.txnAfterVersion": "-2"},
+         "at least -1"),
     ]
     for opts, needle in bad:
         with pytest.raises(ConfigError, match=needle):
@@ -269,6 +274,41 @@ def test_write_options_are_checked() -> None:
         parse_write_options({"path": "/x", "txnVersion": "1"}, streaming=True)
     s = parse_write_options({"path": "/x", "checkpointLocation": "/c"}, streaming=True)
     assert s.app_id is None
+
+
+def test_a_write_after_a_version_the_app_moved_past_commits_nothing(tmp_path: Path) -> None:
+    """With txlog.txnAfterVersion (incremental exports), the commit goes ahead only while
+    the app's committed version is the one named: a write that read versions 1-2 as new
+    commits nothing once another committed version 1, and its staged files are swept."""
+    from spark_ext import writer
+    from txlog.app_versions import committed_app_version
+
+    root = str(tmp_path / "lake")
+    lg = txlog.connect(root)
+    lg.create_topic("t", partitions=2)
+    txn = ""
+
+    def write(version: int, after: int, rows: int) -> Any:
+        nonlocal txn
+        txn = writer.new_staging_id()
+        files = _staged(root, "t", txn, rows)
+        wo = writer.parse_write_options(
+            {"path": root, "topic": "t", "txnAppId": "exp", "txnVersion": str(version),
+             writer.AFTER_VERSION_OPTION: str(after)}, streaming=False)
+        return writer.commit_staged(wo, files, [txn], ["t"], app_id=wo.app_id,
+                                    app_version=wo.app_version)
+
+    assert write(0, -1, 4).skipped is None
+    assert write(1, 0, 3).skipped is None  # the first of two exports that read after 0
+    late = write(2, 0, 5)  # the second: versions 1-2, read before version 1 was committed
+    assert late.skipped is not None and "committed version 1" in late.skipped
+    assert committed_app_version(lg, "exp") == 1
+    c = lg.consumer(isolation_level="read_committed")
+    c.assign(lg.partitions_for("t"))
+    c.seek_to_beginning()
+    assert len(c.poll(max_records=100)) == 7
+    assert late.swept >= 1
+    assert writer._list_staged(lg, writer._staging_prefixes(lg, ["t"], [txn])) == []
 
 
 def _staged(root: str, topic: str, txn: str, rows: int, attempt: int = 0) -> list[Any]:
