@@ -1,8 +1,10 @@
-"""This machine's processes as /proc shows them."""
+"""This machine's processes as /proc shows them, and killing a child with everything it
+started (every process of its session)."""
 
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,3 +23,18 @@ def process_stats() -> Iterator[tuple[int, list[str]]]:
         # The command name is in parentheses and may hold spaces or parentheses itself.
         yield int(entry), stat[stat.rindex(")") + 2:].split()
 
+
+def kill_session(sid: int) -> int:
+    """SIGKILL every process whose session id is ``sid`` (a child started with
+    ``start_new_session=True`` leads its own: a Spark driver, its JVM and its Python
+    workers, whose daemon makes a process group of its own but stays in the session).
+    Returns how many processes were signalled."""
+    pids = [pid for pid, fields in process_stats() if int(fields[3]) == sid]
+    killed = 0
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+            killed += 1
+        except ProcessLookupError:
+            pass
+    return killed
