@@ -28,7 +28,6 @@ import json
 import os
 import random
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -56,33 +55,18 @@ def say(msg: str) -> None:
 def produce(root: str) -> tuple[set[int], set[int]]:
     """TXNS transactions of PER_TXN orders each; every fourth one (at random) aborted."""
     import txlog
+    from txlog.testing.workloads import transactions_with_aborts
 
     lg = txlog.connect(root)
     lg.create_topic(SOURCE, partitions=4)
-    rng = random.Random(7)
-    aborted_txns = set(rng.sample(range(TXNS), TXNS // 4))
-    committed: set[int] = set()
-    aborted: set[int] = set()
-    p = lg.producer(transactional_id="order-service")
-    p.init_transactions()
-    n = 0
-    for t in range(TXNS):
-        p.begin_transaction()
-        ids = list(range(n, n + PER_TXN))
-        n += PER_TXN
-        for i in ids:
-            customer = f"c{rng.randrange(60)}"
-            order = {"id": i, "customer": customer, "amount": round(rng.uniform(1, 500), 2)}
-            p.send(SOURCE, json.dumps(order).encode(), key=customer.encode())
-        p.flush()  # the records are in the log now, committed or not
-        if t in aborted_txns:
-            p.abort_transaction()
-            aborted.update(ids)
-        else:
-            p.commit_transaction()
-            committed.update(ids)
-    p.close()
-    return committed, aborted
+
+    def order(i: int, rng: random.Random) -> tuple[bytes, bytes]:
+        customer = f"c{rng.randrange(60)}"
+        o = {"id": i, "customer": customer, "amount": round(rng.uniform(1, 500), 2)}
+        return json.dumps(o).encode(), customer.encode()
+
+    return transactions_with_aborts(lg, SOURCE, seed=7, txns=TXNS, per_txn=PER_TXN,
+                                    record=order)
 
 
 # -- 2./3. the pipeline (child process) -----------------------------------------------------
@@ -125,25 +109,6 @@ def pipeline(root: str, run: int) -> None:
 
 def table_path(root: str) -> str:
     return str(Path(root) / TABLE)
-
-
-def kill_session(sid: int) -> int:
-    """SIGKILL every process in the child's session (driver, JVM, Python workers)."""
-    killed = 0
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        if int(stat[stat.rindex(")") + 2:].split()[3]) == sid:
-            try:
-                os.kill(int(entry), signal.SIGKILL)
-                killed += 1
-            except ProcessLookupError:
-                pass
-    return killed
 
 
 def run_child(root: str, pause_dir: Path | None, run: int) -> subprocess.Popen[bytes]:
@@ -246,6 +211,8 @@ def main() -> int:
     if args.pipeline:
         pipeline(root, args.run)
         return 0
+
+    from txlog.testing.processes import kill_session
 
     shutil.rmtree(root, ignore_errors=True)
     Path(root).mkdir(parents=True)

@@ -24,7 +24,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,6 +40,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(
     [str(REPO)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
 
 from txlog.testing import servers  # noqa: E402
+from txlog.testing.processes import process_stats  # noqa: E402
 
 perf = time.perf_counter
 
@@ -74,6 +75,29 @@ def parse_args(description: str, *, stores: bool = True,
     _QUIET = args.quiet
     code()  # fails before the rounds, not after them, if txlog is another checkout's
     return args
+
+
+def records_main(description: str, *, records: tuple[int, int, int],
+                 rounds: tuple[int, int, int], prefix: str,
+                 run: Callable[[str, int, int, Path], None], per: str = "") -> None:
+    """The main of a benchmark sized by ``--records``: the common options, ``--records``
+    (by default ``records`` for tiny, small and full) and the rounds (``rounds`` by mode
+    unless ``--rounds``); then ``run(mode, records, rounds, workdir)`` in a new temporary
+    directory (``prefix``), removed afterwards.  ``per`` says what the records are
+    counted per ("topic")."""
+    def extra(p: argparse.ArgumentParser) -> None:
+        tiny, small, full = records
+        p.add_argument("--records", type=int, default=None,
+                       help=f"records{' per ' + per if per else ''} (default: tiny {tiny:,}, "
+                            f"small {small:,}, full {full:,})")
+
+    args = parse_args(description, stores=False, extra=extra)
+    n = args.records or pick(args.mode, *records)
+    work = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        run(args.mode, n, args.rounds or pick(args.mode, *rounds), work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def pick(mode: str, tiny: Any, small: Any, full: Any) -> Any:
@@ -273,6 +297,50 @@ def start_spark(app_name: str) -> Any:
     import spark_ext
 
     return spark_ext.local_session(app_name, **{"spark.driver.memory": "2g"})
+
+
+def kafka_shaped_frame(spark: Any, records: int, value_size: int) -> Any:
+    """``records`` Kafka-shaped rows: string keys over 100,003 users and binary values of
+    ``value_size`` bytes that start with the row's number."""
+    from pyspark.sql import functions as F
+
+    return (spark.range(0, records, numPartitions=2)
+            .select(F.concat(F.lit("user-"), (F.col("id") % 100_003).cast("string"))
+                    .alias("key"),
+                    F.concat(F.lpad(F.col("id").cast("string"), 12, "0"),
+                             F.lit("x" * (value_size - 12))).cast("binary").alias("value")))
+
+
+def spark_rounds(sides: Mapping[str, Callable[[int], Any]], *, rounds: int, warmup: int,
+                 before: Callable[[str], None] | None = None,
+                 after: Callable[[str, Any], None] | None = None,
+                 ) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Run every side ``warmup`` times (called with -1, -2, ...), then ``rounds`` rounds of
+    one call each (called with the round), in an order flipped every round so that no side
+    always follows the same one.  Returns each side's wall seconds and CPU seconds (of the
+    whole process tree: the JVM and the Python workers too) per round.  ``before(name)``
+    and ``after(name, result)`` run around each measured call, outside its time."""
+    for w in range(warmup):  # the JIT and the Python workers: rounds sped up for a while
+        for name, fn in sides.items():
+            progress(f"warm-up {w + 1}/{warmup} {name}")
+            fn(-1 - w)
+    times: dict[str, list[float]] = {n: [] for n in sides}
+    cpus: dict[str, list[float]] = {n: [] for n in sides}
+    for r in range(rounds):
+        order = list(sides.items()) if r % 2 == 0 else list(sides.items())[::-1]
+        for name, fn in order:
+            if before is not None:
+                before(name)
+            cpu0 = tree_cpu_seconds()
+            with Timer() as t:
+                out = fn(r)
+            cpus[name].append(tree_cpu_seconds() - cpu0)
+            times[name].append(t.elapsed)
+            if after is not None:
+                after(name, out)
+            progress(f"round {r + 1}/{rounds} {name}: {t.elapsed:.2f}s, "
+                     f"{cpus[name][-1]:.2f} CPU s")
+    return times, cpus
 
 
 # -- object-store request counts ------------------------------------------------------------
@@ -495,16 +563,9 @@ def tree_cpu_seconds() -> float:
     ticks = os.sysconf("SC_CLK_TCK")
     parent: dict[int, int] = {}
     cpu: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        f = stat[stat.rindex(")") + 2:].split()
-        parent[int(entry)] = int(f[1])
-        cpu[int(entry)] = int(f[11]) + int(f[12]) + int(f[13]) + int(f[14])
+    for pid, f in process_stats():
+        parent[pid] = int(f[1])
+        cpu[pid] = int(f[11]) + int(f[12]) + int(f[13]) + int(f[14])
     me = os.getpid()
     total = 0
     for pid in cpu:

@@ -23,9 +23,7 @@ from __future__ import annotations
 
 import itertools
 import os
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -48,18 +46,8 @@ def transform(df: Any) -> Any:
 
 
 def main() -> None:
-    def extra(p: Any) -> None:
-        p.add_argument("--records", type=int, default=None,
-                       help="records (default: tiny 20,000, small 1,000,000, full 5,000,000)")
-
-    args = C.parse_args(__doc__.splitlines()[0], stores=False, extra=extra)
-    records = args.records or C.pick(args.mode, 20_000, 1_000_000, 5_000_000)
-    rounds = args.rounds or C.pick(args.mode, 1, 7, 9)
-    work = Path(tempfile.mkdtemp(prefix="txlog-delta-eos-"))
-    try:
-        run(args.mode, records, rounds, work)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    C.records_main(__doc__.splitlines()[0], records=(20_000, 1_000_000, 5_000_000),
+                   rounds=(1, 7, 9), prefix="txlog-delta-eos-", run=run)
 
 
 def run(mode: str, records: int, rounds: int, work: Path) -> None:
@@ -69,15 +57,11 @@ def run(mode: str, records: int, rounds: int, work: Path) -> None:
     import txlog
 
     spark = spark_ext.delta.local_session("txlog-delta-eos", **{"spark.driver.memory": "2g"})
-    from pyspark.sql import functions as F
 
     root, table, parquet = str(work / "lake"), str(work / "table"), str(work / "parquet")
     txlog.connect(root).create_topic("src", partitions=PARTITIONS)
     C.progress(f"writing {records:,} records to the topic and to Parquet")
-    df = (spark.range(0, records, numPartitions=2)
-          .select(F.concat(F.lit("user-"), (F.col("id") % 100_003).cast("string")).alias("key"),
-                  F.concat(F.lpad(F.col("id").cast("string"), 12, "0"),
-                           F.lit("x" * (VALUE_SIZE - 12))).cast("binary").alias("value")))
+    df = C.kafka_shaped_frame(spark, records, VALUE_SIZE)
     res = spark_ext.write(df, root, topic="src")
     assert res is None or res.rows == records
     # The baseline's input: the same rows with the same columns, as Parquet.
@@ -99,22 +83,7 @@ def run(mode: str, records: int, rounds: int, work: Path) -> None:
          .save(table))
 
     sides = {"txlog": job_txlog, "parquet": job_parquet, "parquet_txn": job_parquet_txn}
-    for w in range(WARMUP):
-        for name, fn in sides.items():
-            C.progress(f"warm-up {w + 1}/{WARMUP} {name}")
-            fn(-1 - w)
-    times: dict[str, list[float]] = {n: [] for n in sides}
-    cpus: dict[str, list[float]] = {n: [] for n in sides}
-    for r in range(rounds):
-        order = list(sides.items()) if r % 2 == 0 else list(sides.items())[::-1]
-        for name, fn in order:
-            cpu0 = C.tree_cpu_seconds()
-            with C.Timer() as t:
-                fn(r)
-            cpus[name].append(C.tree_cpu_seconds() - cpu0)
-            times[name].append(t.elapsed)
-            C.progress(f"round {r + 1}/{rounds} {name}: {t.elapsed:.2f}s, "
-                       f"{cpus[name][-1]:.2f} CPU s")
+    times, cpus = C.spark_rounds(sides, rounds=rounds, warmup=WARMUP)
     rows_in_table = spark.read.format("delta").load(table).count()
     spark.stop()
     assert rows_in_table == records * len(sides) * (rounds + WARMUP), rows_in_table

@@ -32,9 +32,7 @@ from __future__ import annotations
 
 import os
 import random
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -94,21 +92,10 @@ def plain_copy(url: str, topic: str, dest: Path) -> int:
 
 
 def main() -> None:
-    def extra(p: Any) -> None:
-        p.add_argument("--records", type=int, default=None,
-                       help="records per topic (default: tiny 20,000, small 200,000, "
-                            "full 5,000,000)")
-
-    args = C.parse_args(__doc__.splitlines()[0], stores=False, extra=extra)
-    records = args.records or C.pick(args.mode, 20_000, 200_000, 5_000_000)
     # Five rounds in --small: with three, the Python source's ratio of the same code
     # moved widely between runs (docs/benchmarks.md).
-    rounds = args.rounds or C.pick(args.mode, 1, 5, 3)
-    work = Path(tempfile.mkdtemp(prefix="txlog-spark-scan-"))
-    try:
-        run(args.mode, records, rounds, work)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    C.records_main(__doc__.splitlines()[0], records=(20_000, 200_000, 5_000_000),
+                   rounds=(1, 5, 3), prefix="txlog-spark-scan-", run=run, per="topic")
 
 
 QUERIES = ("2col", "all")

@@ -36,9 +36,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -96,20 +94,10 @@ WARMUP = 3
 
 
 def main() -> None:
-    def extra(p: Any) -> None:
-        p.add_argument("--records", type=int, default=None,
-                       help="records (default: tiny 50,000, small 1,000,000, full 5,000,000)")
-
-    args = C.parse_args(__doc__.splitlines()[0], stores=False, extra=extra)
-    records = args.records or C.pick(args.mode, 50_000, 1_000_000, 5_000_000)
     # Fifteen rounds in --small too: with fewer, the paired ratio of the same code moved
     # by a tenth between runs (docs/benchmarks.md).
-    rounds = args.rounds or C.pick(args.mode, 1, 15, 9)
-    work = Path(tempfile.mkdtemp(prefix="txlog-spark-write-"))
-    try:
-        run(args.mode, records, rounds, work)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    C.records_main(__doc__.splitlines()[0], records=(50_000, 1_000_000, 5_000_000),
+                   rounds=(1, 15, 9), prefix="txlog-spark-write-", run=run)
 
 
 def run(mode: str, records: int, rounds: int, work: Path) -> None:
@@ -119,13 +107,7 @@ def run(mode: str, records: int, rounds: int, work: Path) -> None:
     per_commit = [commit_requests(work, n) for n in COMMIT_PARTITIONS]
 
     spark = C.start_spark("txlog-spark-write")
-    from pyspark.sql import functions as F
-
-    df = (spark.range(0, records, numPartitions=2)
-          .select(F.concat(F.lit("user-"), (F.col("id") % 100_003).cast("string")).alias("key"),
-                  F.concat(F.lpad(F.col("id").cast("string"), 12, "0"),
-                           F.lit("x" * (VALUE_SIZE - 12))).cast("binary").alias("value"))
-          .cache())
+    df = C.kafka_shaped_frame(spark, records, VALUE_SIZE).cache()
     assert df.count() == records
 
     # The goal side's root does not fsync, as df.write.parquet does not (module docstring).
@@ -163,27 +145,18 @@ def run(mode: str, records: int, rounds: int, work: Path) -> None:
     # within minutes) cancels in each round's ratio.
     variants = {"jvm": write_jvm, "parquet": write_parquet, "jvm_fsync": write_jvm_fsync,
                 "python": write_python}
-    for w in range(WARMUP):  # the JIT and the Python workers: rounds sped up for a while
-        for name, fn in variants.items():
-            C.progress(f"warm-up {w + 1}/{WARMUP} {name}")
-            fn(-1 - w)
     out_dir = {"jvm": urls["unsynced"], "jvm_fsync": urls["synced"], "python": urls["synced"]}
-    times: dict[str, list[float]] = {n: [] for n in variants}
-    cpus: dict[str, list[float]] = {n: [] for n in variants}
     sizes: dict[str, int] = {}
-    for r in range(rounds):
-        # Order flipped every round: no writer always follows the same one.
-        order = list(variants.items()) if r % 2 == 0 else list(variants.items())[::-1]
-        for name, fn in order:
-            before = dir_bytes(Path(out_dir[name])) if name in out_dir else 0
-            cpu0 = C.tree_cpu_seconds()
-            with C.Timer() as t:
-                out = fn(r)
-            cpus[name].append(C.tree_cpu_seconds() - cpu0)
-            times[name].append(t.elapsed)
-            sizes[name] = dir_bytes(out) - before
-            C.progress(f"round {r + 1}/{rounds} {name}: {t.elapsed:.2f}s, "
-                       f"{cpus[name][-1]:.2f} CPU s")
+    bytes_before: dict[str, int] = {}
+
+    def before(name: str) -> None:
+        bytes_before[name] = dir_bytes(Path(out_dir[name])) if name in out_dir else 0
+
+    def after(name: str, out: Path) -> None:
+        sizes[name] = dir_bytes(out) - bytes_before[name]
+
+    times, cpus = C.spark_rounds(variants, rounds=rounds, warmup=WARMUP, before=before,
+                                 after=after)
     spark.stop()
 
     for url, writers in ((urls["unsynced"], 1), (urls["synced"], 2)):

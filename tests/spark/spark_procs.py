@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
+from txlog.testing.processes import kill_session
 from txlog.testing.servers import HOST, _log_tail, _stop_process_group, free_ports
 
 REPO = Path(__file__).resolve().parents[2]
@@ -164,3 +165,57 @@ def connect_server(workdir: Path) -> Iterator[str]:
         yield f"sc://{HOST}:{port}"
     finally:
         _stop_process_group(proc)
+
+
+class Child:
+    """A test file (``script``) run as a script in its own session, optionally paused at
+    a step of its own (``pause_at``, after ``skip`` passes; it then makes ``paused`` in
+    its pause directory and waits).  Subclasses name their file as ``script``."""
+
+    script: Path
+
+    def __init__(self, tmp: Path, *args: str, pause_at: str | None = None, skip: int = 0,
+                 env: dict[str, str] | None = None, script: Path | None = None) -> None:
+        self.dir = tmp / f"pause-{time.monotonic_ns()}"
+        e = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
+                 **(env or {}))
+        if pause_at:
+            e.update(TXLOG_TEST_PAUSE_DIR=str(self.dir), TXLOG_TEST_PAUSE_AT=pause_at,
+                     TXLOG_TEST_PAUSE_SKIP=str(skip))
+        self.log = tmp / f"child-{time.monotonic_ns()}.log"
+        self.proc = subprocess.Popen(
+            [sys.executable, str(script or self.script), *args], cwd=REPO, env=e,
+            start_new_session=True, stdout=subprocess.PIPE,
+            stderr=open(self.log, "w"), text=True)  # noqa: SIM115
+
+    # Generous: a loaded 2-core machine starts a JVM in over a minute.
+    def wait_for(self, ready: Any, what: str, timeout: float = 1200) -> None:
+        """Until ``ready()``; fails if the child exits first (it never got there)."""
+        deadline = time.monotonic() + timeout
+        while not ready():
+            if self.proc.poll() is not None:
+                raise AssertionError(f"child exited ({self.proc.returncode}) before {what}:\n"
+                                     + self.log.read_text()[-3000:])
+            if time.monotonic() > deadline:
+                self.kill()
+                raise AssertionError(f"child never reached {what}")
+            time.sleep(0.01)  # polling interval of a bounded wait
+
+    def wait_paused(self, timeout: float = 1200) -> None:
+        self.wait_for((self.dir / "paused").exists, "its pause point", timeout)
+
+    def kill(self) -> None:
+        kill_session(self.proc.pid)
+        self.proc.wait(timeout=60)
+        # Nothing of the session may survive (a live commit worker could still finish).
+        kill_session(self.proc.pid)
+
+    def result(self, timeout: float = 1200) -> dict[str, Any]:
+        """The child's last JSON line, once it exited 0 (AssertionError with its log's
+        tail when it failed)."""
+        out, _ = self.proc.communicate(timeout=timeout)
+        if self.proc.returncode != 0:
+            raise AssertionError(f"child failed ({self.proc.returncode}):\n"
+                                 + self.log.read_text()[-4000:])
+        lines = [ln for ln in out.splitlines() if ln.startswith("{")]
+        return json.loads(lines[-1]) if lines else {}

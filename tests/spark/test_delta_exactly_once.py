@@ -18,18 +18,17 @@ from __future__ import annotations
 import collections
 import json
 import os
-import random
-import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+import spark_procs
 
 import txlog
 from txlog.app_versions import committed_app_version
+from txlog.testing.workloads import transactions_with_aborts
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -70,28 +69,10 @@ def produce(root: str, *, seed: int, txns: int, per_txn: int,
     picked by ``seed``, aborted after their records reached the log."""
     lg = txlog.connect(root)
     lg.create_topic(SOURCE, partitions=partitions)
-    rng = random.Random(seed)
-    aborted_txns = set(rng.sample(range(txns), txns // 4))
-    committed: set[int] = set()
-    aborted: set[int] = set()
-    p = lg.producer(transactional_id="order-service")
-    p.init_transactions()
-    n = 0
-    for t in range(txns):
-        p.begin_transaction()
-        ids = range(n, n + per_txn)
-        n += per_txn
-        for i in ids:
-            p.send(SOURCE, json.dumps({"id": i}).encode(), key=f"k{rng.randrange(20)}".encode())
-        p.flush()
-        if t in aborted_txns:
-            p.abort_transaction()
-            aborted.update(ids)
-        else:
-            p.commit_transaction()
-            committed.update(ids)
-    p.close()
-    return committed, aborted
+    return transactions_with_aborts(
+        lg, SOURCE, seed=seed, txns=txns, per_txn=per_txn,
+        record=lambda i, rng: (json.dumps({"id": i}).encode(),
+                               f"k{rng.randrange(20)}".encode()))
 
 
 def table_ids(table: str) -> collections.Counter[int]:
@@ -131,58 +112,10 @@ def delta_txn_version(table: str, app_id: str) -> int | None:
 # -- child processes -----------------------------------------------------------------------
 
 
-def kill_session(sid: int) -> int:
-    """SIGKILL every process of the child's session: the driver, its JVM and Python workers
-    (pyspark's worker daemon makes its own process group, but stays in the session)."""
-    from test_spark_write import kill_session as kill
-
-    kill(sid)
-    return sid
-
-
-class Child:
+class Child(spark_procs.Child):
     """This file run as a script in its own session, optionally paused at a round's step."""
 
-    def __init__(self, tmp: Path, *args: str, pause_at: str | None = None,
-                 skip: int = 0, script: Path = HERE) -> None:
-        self.dir = tmp / f"pause-{time.monotonic_ns()}"
-        env = dict(os.environ, PYSPARK_PYTHON=sys.executable,
-                   PYSPARK_DRIVER_PYTHON=sys.executable)
-        if pause_at:
-            env.update(TXLOG_TEST_PAUSE_DIR=str(self.dir), TXLOG_TEST_PAUSE_AT=pause_at,
-                       TXLOG_TEST_PAUSE_SKIP=str(skip))
-        self.log = tmp / f"child-{time.monotonic_ns()}.log"
-        self.proc = subprocess.Popen(
-            [sys.executable, str(script), *args], cwd=REPO, env=env, start_new_session=True,
-            stdout=subprocess.PIPE, stderr=open(self.log, "w"), text=True)  # noqa: SIM115
-
-    def wait_for(self, ready: Any, what: str, timeout: float = 1200) -> None:
-        """Until ``ready()``; fails if the child exits first (it never got there)."""
-        deadline = time.monotonic() + timeout
-        while not ready():
-            if self.proc.poll() is not None:
-                raise AssertionError(f"child exited ({self.proc.returncode}) before {what}:\n"
-                                     + self.log.read_text()[-3000:])
-            if time.monotonic() > deadline:
-                self.kill()
-                raise AssertionError(f"child never reached {what}")
-            time.sleep(0.01)
-
-    def wait_paused(self) -> None:
-        self.wait_for((self.dir / "paused").exists, "its pause point")
-
-    def kill(self) -> None:
-        kill_session(self.proc.pid)
-        self.proc.wait(timeout=60)
-        kill_session(self.proc.pid)  # anything forked meanwhile
-
-    def result(self, timeout: float = 1200) -> dict[str, Any]:
-        out, _ = self.proc.communicate(timeout=timeout)
-        if self.proc.returncode != 0:
-            raise AssertionError(f"child failed ({self.proc.returncode}):\n"
-                                 + self.log.read_text()[-4000:])
-        lines = [ln for ln in out.splitlines() if ln.startswith("{")]
-        return json.loads(lines[-1]) if lines else {}
+    script = HERE
 
 
 # -- batch: exactly_once.run(sink_delta=...) ---------------------------------------------------

@@ -10,15 +10,12 @@ point until the child is killed; TXLOG_TEST_FAIL_STAGED fails tasks after stagin
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+import spark_procs
 
 import txlog
 from txlog.app_versions import committed_app_version
@@ -371,70 +368,10 @@ def test_abort_after_a_commit_died_settles_and_keeps_listed_files(
 # -- child-process scenarios -------------------------------------------------------------------
 
 
-def kill_session(sid: int) -> None:
-    """SIGKILL every process of the child's session: the driver, its JVM and Python workers
-    (pyspark's worker daemon makes its own process group, but stays in the session)."""
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2:].split()
-        if int(fields[3]) == sid:  # field 6 of stat: session id
-            pids.append(int(entry))
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-
-
-class Child:
+class Child(spark_procs.Child):
     """This file run as a script in its own session, optionally paused at a commit point."""
 
-    def __init__(self, tmp: Path, *args: str, pause_at: str | None = None, skip: int = 0,
-                 env: dict[str, str] | None = None) -> None:
-        self.dir = tmp / f"pause-{time.monotonic_ns()}"
-        e = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
-                 **(env or {}))
-        if pause_at:
-            e.update(TXLOG_TEST_PAUSE_DIR=str(self.dir), TXLOG_TEST_PAUSE_AT=pause_at,
-                     TXLOG_TEST_PAUSE_SKIP=str(skip))
-        self.log = tmp / f"child-{time.monotonic_ns()}.log"
-        self.proc = subprocess.Popen(
-            [sys.executable, str(HERE), *args], cwd=REPO, env=e, start_new_session=True,
-            stdout=subprocess.PIPE, stderr=open(self.log, "w"), text=True)  # noqa: SIM115
-
-    # Generous: a loaded 2-core machine starts a JVM in over a minute.
-    def wait_paused(self, timeout: float = 1200) -> None:
-        deadline = time.monotonic() + timeout
-        marker = self.dir / "paused"
-        while not marker.exists():
-            if self.proc.poll() is not None:
-                raise AssertionError(f"child exited ({self.proc.returncode}) before pausing:\n"
-                                     + self.log.read_text()[-3000:])
-            if time.monotonic() > deadline:
-                kill_session(self.proc.pid)
-                raise AssertionError("child never reached its pause point")
-            time.sleep(0.05)
-
-    def kill(self) -> None:
-        kill_session(self.proc.pid)
-        self.proc.wait(timeout=60)
-        # Nothing of the session may survive (a live commit worker could still finish).
-        kill_session(self.proc.pid)
-
-    def result(self, timeout: float = 1200) -> dict[str, Any]:
-        out, _ = self.proc.communicate(timeout=timeout)
-        if self.proc.returncode != 0:
-            raise AssertionError(f"child failed ({self.proc.returncode}):\n"
-                                 + self.log.read_text()[-4000:])
-        lines = [ln for ln in out.splitlines() if ln.startswith("{")]
-        return json.loads(lines[-1]) if lines else {}
+    script = HERE
 
 
 CHUNKS = 3

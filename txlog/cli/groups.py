@@ -7,7 +7,7 @@ from typing import Any
 
 from txlog import admin
 from txlog.cli.output import Out, note
-from txlog.cli.parsing import subcommand
+from txlog.cli.parsing import command_group, subcommand
 from txlog.records import TopicPartition
 from txlog.tables import render
 
@@ -65,13 +65,11 @@ def cmd_groups_reset(log: Any, args: argparse.Namespace, out: Out,
 
 
 def add_commands(subs: Any) -> None:
-    gr = subcommand(subs, "groups", "list, describe and reset consumer groups",
-                    "Consumer groups: committed offsets, lag, and offset resets.",
-                    "txlog groups list\ntxlog groups describe --group audit\n"
-                    "txlog groups reset-offsets --group audit --topic orders --to-earliest "
-                    "--execute")
-    gr.set_defaults(help_parser=gr)
-    gs = gr.add_subparsers(dest="subcommand", metavar="SUBCOMMAND")
+    gs = command_group(subs, "groups", "list, describe and reset consumer groups",
+                       "Consumer groups: committed offsets, lag, and offset resets.",
+                       "txlog groups list\ntxlog groups describe --group audit\n"
+                       "txlog groups reset-offsets --group audit --topic orders --to-earliest "
+                       "--execute")
     p = subcommand(gs, "list", "groups with committed offsets",
                    "List consumer groups (every group with committed offsets).",
                    "txlog groups list", cmd_groups_list)

@@ -53,3 +53,12 @@ def subcommand(subs: Any, name: str, help_: str, description: str, examples: str
     if func is not None:
         p.set_defaults(func=func)
     return p
+
+
+def command_group(subs: Any, name: str, help_: str, description: str,
+                  examples: str) -> Any:
+    """A command of subcommands (``txlog topics ...``), whose help is shown when none is
+    given; returns the subparsers to add its subcommands to."""
+    p = subcommand(subs, name, help_, description, examples)
+    p.set_defaults(help_parser=p)
+    return p.add_subparsers(dest="subcommand", metavar="SUBCOMMAND")

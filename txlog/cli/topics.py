@@ -7,7 +7,7 @@ from typing import Any
 
 from txlog import admin
 from txlog.cli.output import Out
-from txlog.cli.parsing import kv_pairs, subcommand
+from txlog.cli.parsing import command_group, kv_pairs, subcommand
 from txlog.tables import fmt_bytes, fmt_time, render
 
 
@@ -83,12 +83,10 @@ def cmd_topics_delete(log: Any, args: argparse.Namespace, out: Out,
 
 
 def add_commands(subs: Any) -> None:
-    topics = subcommand(subs, "topics", "create, list, describe and delete topics",
-                        "Create, list, describe and delete topics.",
-                        "txlog topics create orders --partitions 3\n"
-                        "txlog topics list\ntxlog topics describe orders")
-    topics.set_defaults(help_parser=topics)
-    tsubs = topics.add_subparsers(dest="subcommand", metavar="SUBCOMMAND")
+    tsubs = command_group(subs, "topics", "create, list, describe and delete topics",
+                          "Create, list, describe and delete topics.",
+                          "txlog topics create orders --partitions 3\n"
+                          "txlog topics list\ntxlog topics describe orders")
     p = subcommand(tsubs, "create", "create a topic (Kafka-shaped records: key, value, headers)",
                    "Create a topic of Kafka-shaped records (key, value, headers, timestamp).\n"
                    "Topic configuration keys: retention.ms, retention.bytes, segment.bytes,\n"

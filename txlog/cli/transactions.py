@@ -9,7 +9,7 @@ from typing import Any
 from txlog import admin
 from txlog.admin import fmt_duration
 from txlog.cli.output import Out
-from txlog.cli.parsing import subcommand
+from txlog.cli.parsing import command_group, subcommand
 from txlog.records import TopicPartition
 from txlog.tables import fmt_time, render
 
@@ -125,13 +125,11 @@ def cmd_txn_abort(log: Any, args: argparse.Namespace, out: Out,
 
 
 def add_commands(subs: Any) -> None:
-    tx = subcommand(subs, "transactions", "list, describe, find and abort transactions",
-                    "Inspect and end transactions, as kafka-transactions.sh does.",
-                    "txlog transactions list\n"
-                    "txlog transactions find-hanging --max-transaction-timeout 15\n"
-                    "txlog transactions abort --transactional-id etl-1")
-    tx.set_defaults(help_parser=tx)
-    xs = tx.add_subparsers(dest="subcommand", metavar="SUBCOMMAND")
+    xs = command_group(subs, "transactions", "list, describe, find and abort transactions",
+                       "Inspect and end transactions, as kafka-transactions.sh does.",
+                       "txlog transactions list\n"
+                       "txlog transactions find-hanging --max-transaction-timeout 15\n"
+                       "txlog transactions abort --transactional-id etl-1")
     p = subcommand(xs, "list", "every transactional.id and its state",
                    "List every transactional.id in the transaction state log with its producer\n"
                    "id, epoch, state and (if open) duration and partitions.",
