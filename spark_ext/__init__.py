@@ -141,7 +141,7 @@ def write(df: DataFrame, path: str | None = None, /,
 
         return _write(df, path, options, engine=engine, **kwargs)
     from spark_ext.options import options_from_kwargs
-    from spark_ext.writer import WRITE_OPTIONS
+    from spark_ext.write_options import WRITE_OPTIONS
 
     writer = df.write.format("txlog").mode("append").options(
         **options_from_kwargs(options, known=WRITE_OPTIONS, **kwargs))

@@ -287,7 +287,8 @@ def to_txlog(spark: SparkSession, *, table: str, path: str, topic: str,
     rows into the topic's columns (key, value, optional partition)."""
     import spark_ext
     import txlog
-    from spark_ext.writer import AFTER_VERSION_OPTION, _pause_point
+    from spark_ext.write_options import AFTER_VERSION_OPTION
+    from spark_ext.writer import _pause_point
     from txlog.app_versions import committed_app_version
 
     loc = table_location(spark, table)

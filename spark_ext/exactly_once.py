@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import spark_ext
-from spark_ext.writer import SEND_OFFSETS_OPTION, SendOffsets
+from spark_ext.write_options import SEND_OFFSETS_OPTION, SendOffsets
 from txlog.errors import ConfigError, OffsetOutOfRangeError
 from txlog.names import validate_id, validate_topic
 from txlog.records import TopicPartition

@@ -95,7 +95,8 @@ def begin_write(req: Mapping[str, Any], *, streaming: bool) -> dict[str, Any]:
 
     from spark_ext.jvm_write import _unsupported
     from spark_ext.staging import TopicTarget, check_columns
-    from spark_ext.writer import _arrow_schema, new_staging_id, parse_write_options
+    from spark_ext.write_options import parse_write_options
+    from spark_ext.writer import _arrow_schema, new_staging_id
 
     wo = parse_write_options(_options(req), streaming=streaming)
     spark_schema = StructType.fromJson(json.loads(req["schema"]))

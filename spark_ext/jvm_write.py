@@ -28,15 +28,17 @@ from spark_ext import hadoop_conf, jvm_scan
 from spark_ext.native import _warn_once, check_spark_can_open
 from spark_ext.options import PLAN_LOCK, cached_log_for, options_from_kwargs
 from spark_ext.staging import READER_ONLY_COLUMNS, ROUTING_COLUMNS, StagedFile
-from spark_ext.writer import (
+from spark_ext.write_options import (
     WRITE_OPTIONS,
+    WriteOptions,
+    parse_write_options,
+)
+from spark_ext.writer import (
     CommitResult,
     TxlogCommitMessage,
-    WriteOptions,
     abort_staged,
     commit_staged,
     new_staging_id,
-    parse_write_options,
     sweep,
 )
 from txlog import layout

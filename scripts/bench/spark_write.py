@@ -59,7 +59,8 @@ def commit_requests(work: Path, partitions: int) -> dict[str, Any]:
 
     import txlog
     from spark_ext import staging
-    from spark_ext.writer import commit_staged, new_staging_id, parse_write_options
+    from spark_ext.write_options import parse_write_options
+    from spark_ext.writer import commit_staged, new_staging_id
 
     url = str(work / f"commit-{partitions}")
     setup = txlog.connect(url)

@@ -117,7 +117,8 @@ def test_txlog_modules_have_no_import_cycle() -> None:
         "part to a lower module, or import under TYPE_CHECKING for annotations")
 
 
-@pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")),
+@pytest.mark.parametrize("path", sorted([*PACKAGE.rglob("*.py"),
+                                         *(ROOT / "spark_ext").rglob("*.py")]),
                          ids=lambda p: str(p.relative_to(ROOT)))
 def test_no_module_is_too_long(path: Path) -> None:
     rel = str(path.relative_to(ROOT))

@@ -46,7 +46,8 @@ def test_spark_commits_in_one_worker_read_only_new_entries(tmp_path: Path,
     replay every partition's tail again (the requests of a 32-partition commit on S3 grew
     by 60 per commit before)."""
     from spark_ext import staging
-    from spark_ext.writer import commit_staged, new_staging_id, parse_write_options
+    from spark_ext.write_options import parse_write_options
+    from spark_ext.writer import commit_staged, new_staging_id
     from txlog.storage.local import LocalStore
 
     calls = {"get": 0}

@@ -242,7 +242,7 @@ def test_vectorised_partitioner_matches_kafka() -> None:
 
 
 def test_write_options_are_checked() -> None:
-    from spark_ext.writer import parse_write_options
+    from spark_ext.write_options import parse_write_options
     from txlog.errors import ConfigError
 
     ok = parse_write_options({"PATH": "/x", "Topic": "t", "TXNAPPID": "a", "txnversion": "3",
@@ -277,7 +277,7 @@ def test_a_write_after_a_version_the_app_moved_past_commits_nothing(tmp_path: Pa
     """With txlog.txnAfterVersion (incremental exports), the commit goes ahead only while
     the app's committed version is the one named: a write that read versions 1-2 as new
     commits nothing once another committed version 1, and its staged files are swept."""
-    from spark_ext import writer
+    from spark_ext import write_options, writer
     from txlog.app_versions import committed_app_version
 
     root = str(tmp_path / "lake")
@@ -289,9 +289,9 @@ def test_a_write_after_a_version_the_app_moved_past_commits_nothing(tmp_path: Pa
         nonlocal txn
         txn = writer.new_staging_id()
         files = _staged(root, "t", txn, rows)
-        wo = writer.parse_write_options(
+        wo = write_options.parse_write_options(
             {"path": root, "topic": "t", "txnAppId": "exp", "txnVersion": str(version),
-             writer.AFTER_VERSION_OPTION: str(after)}, streaming=False)
+             write_options.AFTER_VERSION_OPTION: str(after)}, streaming=False)
         return writer.commit_staged(wo, files, [txn], ["t"], app_id=wo.app_id,
                                     app_version=wo.app_version)
 
@@ -329,7 +329,7 @@ def test_abort_after_a_commit_died_settles_and_keeps_listed_files(
     """Spark calls abort() when commit() fails.  If the commit had appended batches, the
     files the messages list stay (they are referenced by the log), unlisted ones go, and a
     job-owned transaction left open is settled at once instead of holding the LSO."""
-    from spark_ext import writer
+    from spark_ext import write_options, writer
 
     root = str(tmp_path / "lake")
     lg = txlog.connect(root)
@@ -337,7 +337,7 @@ def test_abort_after_a_commit_died_settles_and_keeps_listed_files(
     txn = writer.new_staging_id()
     files = _staged(root, "t", txn, 20)
     stray = _staged(root, "t", txn, 5, attempt=1)  # another attempt's files: in no message
-    wo = writer.parse_write_options({"path": root, "topic": "t"}, streaming=False)
+    wo = write_options.parse_write_options({"path": root, "topic": "t"}, streaming=False)
 
     class Died(BaseException):
         pass
