@@ -49,6 +49,10 @@ CHECKPOINT_INTERVAL = 200
 FIRST_SLOTS = 100
 VERSION = 1
 
+#: Slots a refresh reads by name before it lists the partition (StateLogPartition._probe):
+#: a lost conditional create needs the slot it lost, and usually no more.
+PROBE_SLOTS = 3
+
 
 def _no_expire() -> None:
     raise AssertionError("this operation was given no timeout abort")
@@ -89,7 +93,9 @@ class StateLogPartition:
         if not self.loaded:
             keys = self._first_load()
             self.loaded = True
-        if keys is None:
+        elif self._probe() < PROBE_SLOTS:
+            return
+        if keys is None:  # a backlog, or the first load: list the rest
             start_after = self._entry_key(self.next_slot - 1) if self.next_slot else None
             keys = self.store.list(layout.state_log_entries_prefix(self.partition),
                                    start_after=start_after)
@@ -101,6 +107,37 @@ class StateLogPartition:
             if slot != self.next_slot:
                 break
             self._apply(self._decode(self.store.get(key), key), slot)
+
+    def _probe(self) -> int:
+        """Read the next PROBE_SLOTS slots by name, side by side on a remote store,
+        instead of listing the partition: a client that lost a conditional create finds
+        the slot it lost (and what followed) with one round of GETs, where a LIST costs
+        a round trip of its own before they can be read, and more than a GET.  Slots are
+        claimed in order, so only the run up to the first missing one counts.  Returns
+        how many records were applied."""
+        keys = [self._entry_key(self.next_slot + i) for i in range(PROBE_SLOTS)]
+
+        def probe(key: str) -> bytes | None:
+            try:
+                return self.store.get(key)
+            except ObjectNotFoundError:
+                return None
+
+        if self.store.local_requests:
+            raws: list[bytes | None] = []
+            for key in keys:
+                raws.append(probe(key))
+                if raws[-1] is None:
+                    break
+        else:
+            raws = fan_out(probe, keys)
+        applied = 0
+        for key, raw in zip(keys, raws, strict=False):
+            if raw is None:
+                break
+            self._apply(self._decode(raw, key), self.next_slot)
+            applied += 1
+        return applied
 
     def _apply(self, d: dict[str, Any], slot: int) -> None:
         if not isinstance(d.get("record"), dict):
