@@ -52,6 +52,8 @@ VERSION = 1
 #: Slots a refresh reads by name before it lists the partition (StateLogPartition._probe):
 #: a lost conditional create needs the slot it lost, and usually no more.
 PROBE_SLOTS = 3
+#: Listed entries read side by side on a remote store, at most this many at once.
+READ_WINDOW = 16
 
 
 def _no_expire() -> None:
@@ -99,14 +101,24 @@ class StateLogPartition:
             start_after = self._entry_key(self.next_slot - 1) if self.next_slot else None
             keys = self.store.list(layout.state_log_entries_prefix(self.partition),
                                    start_after=start_after)
+        run: list[str] = []  # the contiguous slots from next_slot: none is ever skipped
         for key in keys:
             try:
                 slot = layout.slot_of(key)
             except ValueError:
                 continue  # a key txlog did not write (as in partition logs)
-            if slot != self.next_slot:
+            if slot != self.next_slot + len(run):
                 break
-            self._apply(self._decode(self.store.get(key), key), slot)
+            run.append(key)
+        if self.store.local_requests:
+            for key in run:
+                self._apply(self._decode(self.store.get(key), key), self.next_slot)
+            return
+        # On a remote store, a backlog is read side by side, a bounded window at a time.
+        for i in range(0, len(run), READ_WINDOW):
+            window = run[i:i + READ_WINDOW]
+            for key, raw in zip(window, fan_out(self.store.get, window), strict=True):
+                self._apply(self._decode(raw, key), self.next_slot)
 
     def _probe(self) -> int:
         """Read the next PROBE_SLOTS slots by name, side by side on a remote store,

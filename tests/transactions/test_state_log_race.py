@@ -115,3 +115,25 @@ def test_a_damaged_slot_read_by_name_is_refused(
     with pytest.raises(expected):
         mine.compare_and_set("a", None, record("a"))
     assert mine.get("a") is None and mine.next_slot == 1
+
+
+def test_a_backlog_on_a_remote_store_is_read_side_by_side(store_factory: Any) -> None:
+    store = store_factory("memory")
+    store.local_requests = False
+    mine, other, timeline = two_clients(store)
+    for epoch in range(1, 8):  # slots 1-7: the probe reads 1-3, the listing finds 4-7
+        assert other.compare_and_set("b", record("b", epoch - 1), record("b", epoch))
+    listed = {mine.entry_key(s) for s in range(4, 8)}
+    # The listed entries' GETs wait until all four are in flight.
+    barrier = threading.Barrier(len(listed), timeout=60)
+    real_get = store.get
+
+    def get(key: str) -> bytes:
+        if key in listed:
+            barrier.wait()
+        return real_get(key)
+
+    store.get = get  # type: ignore[method-assign]
+    assert mine.compare_and_set("a", None, record("a"))
+    assert mine.get("b") == record("b", 7) and mine.next_slot == 9
+    assert sum(k[0] == "list" for k in kinds(timeline)) == 1
