@@ -49,6 +49,12 @@ CHECKPOINT_INTERVAL = 200
 FIRST_SLOTS = 100
 VERSION = 1
 
+#: Slots a refresh reads by name before it lists the partition (StateLogPartition._probe):
+#: a lost conditional create needs the slot it lost, and usually no more.
+PROBE_SLOTS = 3
+#: Listed entries read side by side on a remote store, at most this many at once.
+READ_WINDOW = 16
+
 
 def _no_expire() -> None:
     raise AssertionError("this operation was given no timeout abort")
@@ -89,18 +95,61 @@ class StateLogPartition:
         if not self.loaded:
             keys = self._first_load()
             self.loaded = True
-        if keys is None:
+        elif self._probe() < PROBE_SLOTS:
+            return
+        if keys is None:  # a backlog, or the first load: list the rest
             start_after = self._entry_key(self.next_slot - 1) if self.next_slot else None
             keys = self.store.list(layout.state_log_entries_prefix(self.partition),
                                    start_after=start_after)
+        run: list[str] = []  # the contiguous slots from next_slot: none is ever skipped
         for key in keys:
             try:
                 slot = layout.slot_of(key)
             except ValueError:
                 continue  # a key txlog did not write (as in partition logs)
-            if slot != self.next_slot:
+            if slot != self.next_slot + len(run):
                 break
-            self._apply(self._decode(self.store.get(key), key), slot)
+            run.append(key)
+        if self.store.local_requests:
+            for key in run:
+                self._apply(self._decode(self.store.get(key), key), self.next_slot)
+            return
+        # On a remote store, a backlog is read side by side, a bounded window at a time.
+        for i in range(0, len(run), READ_WINDOW):
+            window = run[i:i + READ_WINDOW]
+            for key, raw in zip(window, fan_out(self.store.get, window), strict=True):
+                self._apply(self._decode(raw, key), self.next_slot)
+
+    def _probe(self) -> int:
+        """Read the next PROBE_SLOTS slots by name, side by side on a remote store,
+        instead of listing the partition: a client that lost a conditional create finds
+        the slot it lost (and what followed) with one round of GETs, where a LIST costs
+        a round trip of its own before they can be read, and more than a GET.  Slots are
+        claimed in order, so only the run up to the first missing one counts.  Returns
+        how many records were applied."""
+        keys = [self._entry_key(self.next_slot + i) for i in range(PROBE_SLOTS)]
+
+        def probe(key: str) -> bytes | None:
+            try:
+                return self.store.get(key)
+            except ObjectNotFoundError:
+                return None
+
+        if self.store.local_requests:
+            raws: list[bytes | None] = []
+            for key in keys:
+                raws.append(probe(key))
+                if raws[-1] is None:
+                    break
+        else:
+            raws = fan_out(probe, keys)
+        applied = 0
+        for key, raw in zip(keys, raws, strict=False):
+            if raw is None:
+                break
+            self._apply(self._decode(raw, key), self.next_slot)
+            applied += 1
+        return applied
 
     def _apply(self, d: dict[str, Any], slot: int) -> None:
         if not isinstance(d.get("record"), dict):
