@@ -26,6 +26,14 @@ def _pyplot() -> Any:
     return plt
 
 
+def _save(plt: Any, fig: Any, path: Path) -> bool:
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
 def line_chart(path: Path, *, title: str, xlabel: str, ylabel: str,
                series: Mapping[str, Sequence[Sequence[Any]]],
                goals: Sequence[tuple[float, float, str]] = (), logx: bool = False) -> bool:
@@ -46,11 +54,7 @@ def line_chart(path: Path, *, title: str, xlabel: str, ylabel: str,
         else:  # a curve from 0 (no history, no other transaction)
             ax.set_xscale("symlog", linthresh=1)
             ax.set_xlim(left=0)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return True
+    return _save(plt, fig, path)
 
 
 def _lines(ax: Any, series: dict[str, list[tuple[float, float]]],
@@ -101,11 +105,7 @@ def latency_chart(result: dict[str, Any], path: Path) -> bool:
     right.set_title(f"operations (request time {rt} ms: {model.get('delay_ms')} ms added)",
                     fontsize=10)
     right.grid(alpha=0.3, axis="y")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return True
+    return _save(plt, fig, path)
 
 
 _SCALE_LABELS = {"partitions": "partitions touched", "history": "batches in the partition",
@@ -166,11 +166,7 @@ def memory_chart(result: dict[str, Any], path: Path) -> bool:
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3, axis="y")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return True
+    return _save(plt, fig, path)
 
 
 def draw(results: Sequence[dict[str, Any]], out: Path) -> list[Path]:
