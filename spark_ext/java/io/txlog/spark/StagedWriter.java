@@ -44,6 +44,17 @@ final class StagedWriter implements DataWriter<InternalRow> {
         public String toString() {
             return lines;
         }
+
+        /** The staged-object lines of a job's or micro-batch's successful tasks, joined. */
+        static String joined(WriterCommitMessage[] messages) {
+            StringBuilder staged = new StringBuilder();
+            for (WriterCommitMessage m : messages) {
+                if (m != null) {
+                    staged.append(m);  // see toString
+                }
+            }
+            return staged.toString();
+        }
     }
 
     private final StagedWriteProvider.Spec spec;

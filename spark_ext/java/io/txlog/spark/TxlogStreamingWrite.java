@@ -90,15 +90,9 @@ final class TxlogStreamingWrite implements StreamingWrite {
     @Override
     public synchronized void commit(long epochId, WriterCommitMessage[] messages) {
         StagedWriteProvider.Spec spec = ongoing(epochId);
-        StringBuilder staged = new StringBuilder();
-        for (WriterCommitMessage m : messages) {
-            if (m != null) {
-                staged.append(m);  // see StagedWriter.Staged.toString
-            }
-        }
         ObjectNode req = Planner.request("stream_write_commit");
         req.put("staging", spec.staging);
-        req.put("staged", staged.toString());
+        req.put("staged", StagedWriter.Staged.joined(messages));
         req.put("queryId", info.queryId());
         req.put("epoch", epochId);
         current = null;

@@ -163,15 +163,9 @@ final class TxlogWrite implements Write {
 
         @Override
         public void commit(WriterCommitMessage[] messages) {
-            StringBuilder staged = new StringBuilder();
-            for (WriterCommitMessage m : messages) {
-                if (m != null) {
-                    staged.append(m);  // see StagedWriter.Staged.toString
-                }
-            }
             ObjectNode req = Planner.request("write_commit");
             req.put("staging", spec.staging);
-            req.put("staged", staged.toString());
+            req.put("staged", StagedWriter.Staged.joined(messages));
             Planner.call(req);
         }
 
