@@ -101,23 +101,22 @@ class WriteOptions:
         return connect(self.url, self.storage_options)
 
 
+def _id_option(opts: Mapping[str, Any], name: str) -> str | None:
+    if not opts.get(name):
+        return None
+    try:
+        return validate_id(name, opts[name].strip())
+    except Exception as exc:
+        raise ConfigError(f"option {name!r}: {exc}") from None
+
+
 def parse_write_options(options: Mapping[str, Any], *, streaming: bool) -> WriteOptions:
     known = WRITE_OPTIONS + (STREAM_EXTRA_OPTIONS if streaming else ())
     opts = check_known(options, known, "txlog writer", _WRITE_HINTS)
     url = parse_path(opts)
     topic = parse_topic(opts["topic"], "topic") if opts.get("topic") else None
-    tid = None
-    if opts.get("transactional.id"):
-        try:
-            tid = validate_id("transactional.id", opts["transactional.id"].strip())
-        except Exception as exc:
-            raise ConfigError(f"option 'transactional.id': {exc}") from None
-    app_id = None
-    if opts.get("txnAppId"):
-        try:
-            app_id = validate_id("txnAppId", opts["txnAppId"].strip())
-        except Exception as exc:
-            raise ConfigError(f"option 'txnAppId': {exc}") from None
+    tid = _id_option(opts, "transactional.id")
+    app_id = _id_option(opts, "txnAppId")
     version = None
     if "txnVersion" in opts:
         if streaming:
