@@ -13,7 +13,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from txlog import checksums, completions, layout
@@ -207,8 +209,9 @@ class PartitionLog:
         for key in reversed(keys):
             try:
                 st = decode_checkpoint(self.store.get(key), key)
-                self._check_owned(set(st.batches.data) | {k for _, k in st.pending_deletes},
-                                  f"checkpoint {key}")
+                self._check_owned_column(st.batches.arrow().column("data"),
+                                         f"checkpoint {key}")
+                self._check_owned({k for _, k in st.pending_deletes}, f"checkpoint {key}")
                 return st
             except ObjectNotFoundError:
                 continue  # deleted by a newer checkpoint's cleanup
@@ -252,6 +255,21 @@ class PartitionLog:
                     f"({layout.data_prefix(self.topic, self.partition)}); an entry may only "
                     "name its own partition's objects. It is corrupt, or was written by "
                     "someone who should not write to this root: remove it")
+
+    def _check_owned_column(self, keys: pa.ChunkedArray, what: str) -> None:
+        """:meth:`_check_owned` for a column of keys, with array operations (a checkpoint
+        names up to millions of objects); keys that may not pass get the exact check."""
+        data = layout.data_prefix(self.topic, self.partition)
+        if not pc.all(pc.starts_with(keys, data)).as_py():
+            ok = pc.or_(pc.equal(keys, ""), pc.or_(
+                pc.starts_with(keys, data),
+                pc.starts_with(keys, layout.staging_prefix_of(self.topic))))
+            self._check_owned(keys.filter(pc.invert(ok)).to_pylist(), what)
+        for chunk in keys.chunks:
+            if _suspicious_bytes(chunk):
+                odd = pc.or_(pc.match_substring(chunk, ".."), pc.or_(
+                    pc.match_substring(chunk, "\\"), pc.match_substring(chunk, "\x00")))
+                self._check_owned(chunk.filter(odd).to_pylist(), what)
 
     # -- appending -----------------------------------------------------------------------
 
@@ -393,6 +411,20 @@ class PartitionLog:
         if span.file_row or span.take != table.num_rows:
             table = table.slice(span.file_row, span.take)
         return table
+
+
+def _suspicious_bytes(keys: pa.Array) -> bool:
+    """Whether any of the keys may hold "..", a backslash or a NUL (a scan of their bytes:
+    a match across two keys is a false alarm, which the exact check then clears)."""
+    if len(keys) == 0 or not pa.types.is_string(keys.type):
+        return len(keys) > 0
+    _, offset_buf, value_buf = keys.buffers()
+    if value_buf is None:  # every key empty
+        return False
+    offsets = np.frombuffer(offset_buf, np.int32, len(keys) + 1, keys.offset * 4)
+    raw = np.frombuffer(value_buf, np.uint8)[offsets[0]:offsets[-1]]
+    dots = raw == ord(".")
+    return bool((raw == ord("\\")).any() or (raw == 0).any() or (dots[1:] & dots[:-1]).any())
 
 
 def encode_parquet(table: pa.Table) -> bytes:
