@@ -26,12 +26,17 @@ def _values(kind: str, n: int) -> list[bytes]:
     return [(b"%06d" % i) + bytes([rng.randrange(4)]) * (RECORD - 6) for i in range(n)]
 
 
-@pytest.mark.parametrize("kind", ["compressible", "random"])
-@pytest.mark.parametrize("call", ["poll", "poll_arrow"])
+@pytest.mark.parametrize(("backend", "kind", "call"), [
+    ("local", "compressible", "poll"), ("local", "compressible", "poll_arrow"),
+    ("local", "random", "poll"), ("local", "random", "poll_arrow"),
+    # (a remote store fetches a poll's objects side by side, then decodes them in turn)
+    ("s3", "compressible", "poll_arrow")])
 def test_a_poll_decodes_at_most_fetch_max_bytes_and_one_object(
-        tmp_path: object, monkeypatch: pytest.MonkeyPatch, kind: str, call: str) -> None:
+        store_factory: Any, monkeypatch: pytest.MonkeyPatch, backend: str, kind: str,
+        call: str) -> None:
     print(f"seed={SEED}")
-    log = txlog.connect(str(tmp_path), {"fsync": False})
+    url, options = store_factory.url(backend)
+    log = txlog.connect(url, {**options, "fsync": False} if backend == "local" else options)
     log.create_topic("t", 2)
     values = {p: _values(kind, 600) for p in (0, 1)}
     prod = log.producer(batch_size=BATCH, linger_ms=60_000)
