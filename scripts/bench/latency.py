@@ -36,7 +36,8 @@ import select
 import subprocess
 import sys
 import time
-from dataclasses import asdict
+from collections import Counter
+from dataclasses import asdict, astuple
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +46,15 @@ import common as C
 import txlog
 from txlog.storage import open_store
 from txlog.testing.latency_proxy import LatencyModel, start_proxy_process
-from txlog.testing.timeline import Account, TimelineStore, account, describe_chain, mean_counts
+from txlog.testing.timeline import (
+    Account,
+    Request,
+    TimelineStore,
+    account,
+    describe_chain,
+    in_flight,
+    mean_counts,
+)
 
 # The latency goals, in request times (p50).
 GOALS = {"commit_1": 2.0, "commit_8": 2.5, "end_to_end": 6.0}
@@ -110,6 +119,11 @@ class Op:
     def summary(self, rt: float) -> dict[str, Any]:
         ms = [s * 1000 for s in self.secs]
         seq = [a.sequential for a in self.accounts]
+        # The call's time with a request in flight, and with none (the client computing
+        # or waiting for a CPU), in request times.
+        busy = [a.busy / rt for a in self.accounts] if rt else []
+        gaps = [(s - a.busy) / rt for s, a in zip(self.secs, self.accounts, strict=True)] \
+            if rt else []
         # The sample at the median latency shows what a typical one waited for.
         order = sorted(range(len(self.secs)), key=lambda i: self.secs[i])
         mid = order[len(order) // 2] if order else None
@@ -123,6 +137,9 @@ class Op:
             "sequential_p50": C.median([float(s) for s in seq]),
             "sequential_max": max(seq) if seq else None,
             "sequential_by_kind": mean_counts([a.sequential_by_kind for a in self.accounts]),
+            "in_flight_rt_p50": C.median(busy) if busy else None,
+            "no_request_rt_p50": C.median(gaps) if gaps else None,
+            "no_request_rt_p99": C.percentile(gaps, 99) if gaps else None,
             "background": mean_counts([a.background for a in self.accounts]),
             "timeline": describe_chain(self.accounts[mid].chain, self.origins[mid], rt)
             if mid is not None and rt else [],
@@ -237,7 +254,8 @@ def measure_polls(b: Bench, n: int) -> tuple[Op, Op]:
     return idle, fresh
 
 
-def measure_end_to_end(b: Bench, n: int) -> tuple[list[float], dict[str, Any]]:
+def measure_end_to_end(b: Bench, n: int) -> tuple[list[float], dict[str, Any],
+                                                   list[dict[str, Any]]]:
     log, tl = b.connect("e2e")
     log.create_topic("t", 1)
     p = log.producer(transactional_id="e2e")
@@ -249,6 +267,7 @@ def measure_end_to_end(b: Bench, n: int) -> tuple[list[float], dict[str, Any]]:
     assert child.stdout is not None
     stats: dict[str, Any] = {}
     lat: list[float] = []
+    windows: list[tuple[float, float, float]] = []  # (sent, commit returned, seen)
     try:
         if _read_line(child, 120) != "ready":
             raise RuntimeError("the consumer process did not start")
@@ -259,12 +278,15 @@ def measure_end_to_end(b: Bench, n: int) -> tuple[list[float], dict[str, Any]]:
             p.begin_transaction()
             p.send("t", str(i).encode())
             p.commit_transaction()
+            t1 = time.monotonic()
             line = _read_line(child, 60)
             value, seen = line.split()
             if value != str(i):
                 raise RuntimeError(f"the consumer saw {value!r}, expected {i}")
             if i:
                 lat.append(float(seen) - t0)
+                windows.append((t0, t1, float(seen)))
+        b.idle(tl)
         child.send_signal(2)  # SIGINT: the child prints its poll statistics and exits
         for line in child.stdout:
             if line.startswith("stats "):
@@ -275,7 +297,41 @@ def measure_end_to_end(b: Bench, n: int) -> tuple[list[float], dict[str, Any]]:
             child.kill()
             child.wait()
         p.close()
-    return lat, stats
+    consumer = [Request(*r) for r in stats.pop("requests", [])]
+    steps = [e2e_steps(tl.requests(w[0]), consumer, stats.get("polls", []), *w)
+             for w in windows]
+    stats.pop("polls", None)
+    return lat, stats, steps
+
+
+def e2e_steps(producer: list[Request], consumer: list[Request], polls: list[list[float]],
+              sent: float, committed: float, seen: float) -> dict[str, Any]:
+    """One end-to-end sample as its sequential steps (seconds from ``sent``): the
+    commit, its COMMIT marker landing, the consumer's first request that read the
+    marker, and what the consumer did after it until the record was returned."""
+    mine = [r for r in producer if sent <= r.start <= seen]
+    marker = next((r for r in mine if "write_marker" in r.site and r.ok), None)
+    landed = marker.end if marker is not None else committed
+    theirs = [r for r in consumer if sent - 1.0 <= r.start <= seen and r.end >= sent]
+    found = next((r for r in theirs if marker is not None and r.key == marker.key and r.ok
+                  and r.end >= marker.end), None)
+    # The consumer's poll that returned the record, and the one running when the
+    # marker landed (its start: how long the marker waited for a probe).
+    after = [r for r in theirs if found is not None and r.start >= found.end]
+    return {
+        "commit": committed - sent,
+        "marker_landed": landed - sent,
+        "probe_started": (found.start - sent) if found is not None else None,
+        "probe_ended": (found.end - sent) if found is not None else None,
+        "seen": seen - sent,
+        "polls": sum(1 for p in polls if sent <= p[0] <= seen),
+        "requests": [[r.kind, r.key, r.start - sent, r.end - sent, r.site, "P"]
+                     for r in mine] + [[r.kind, r.key, r.start - sent, r.end - sent, r.site,
+                                        "C"] for r in theirs],
+        "after_probe": dict(Counter(r.kind for r in after)),
+        "in_flight": in_flight(mine + theirs, sent, seen),
+        "consumer_in_flight": in_flight(theirs, sent, seen),
+    }
 
 
 def _read_line(proc: subprocess.Popen[str], timeout: float) -> str:
@@ -288,19 +344,25 @@ def _read_line(proc: subprocess.Popen[str], timeout: float) -> str:
 
 def consumer_child(url: str, options: dict[str, Any]) -> None:
     """The end-to-end consumer: polls back to back, prints ``value seen_at`` per record
-    and, on SIGINT, the requests its idle polls made."""
+    and, on SIGINT, the requests its idle polls made, every request (for the end-to-end
+    steps) and every poll's interval."""
     log = txlog.connect(url, options)
+    timeline = TimelineStore(log.store)
+    log.store = timeline
     consumer = log.consumer()
     consumer.assign([txlog.TopicPartition("t", 0)])
     consumer.poll(timeout_ms=0)
     print("ready", flush=True)
     idle_polls, idle_requests = 0, 0
     by_kind: dict[str, int] = {}
+    polls: list[list[float]] = []
     try:
         while True:
             before = C.counts(log.store)
+            start = time.monotonic()
             got = consumer.poll(timeout_ms=0)
             seen = time.monotonic()
+            polls.append([start, seen, len(got)])
             if not got:
                 idle_polls += 1
                 for k, v in C.diff_counts(C.counts(log.store), before).items():
@@ -311,7 +373,44 @@ def consumer_child(url: str, options: dict[str, Any]) -> None:
     except KeyboardInterrupt:
         pass
     print("stats " + json.dumps({"idle_polls": idle_polls, "idle_requests": idle_requests,
-                                 "idle_by_kind": by_kind}), flush=True)
+                                 "idle_by_kind": by_kind, "polls": polls,
+                                 "requests": [astuple(r) for r in timeline.requests()]}),
+          flush=True)
+
+
+def e2e_summary(steps: list[dict[str, Any]], rt: float) -> dict[str, Any]:
+    """Medians of the end-to-end steps in request times, and the timeline of the
+    sample at the median."""
+    def med(key: str) -> float | None:
+        xs = [s[key] for s in steps if s.get(key) is not None]
+        return C.median(xs) / rt if xs else None
+
+    order = sorted(range(len(steps)), key=lambda i: steps[i]["seen"])
+    mid = steps[order[len(order) // 2]] if steps else None
+    gaps = [(s["seen"] - s["in_flight"]) / rt for s in steps]
+    return {
+        "commit_returned_rt": med("commit"), "marker_landed_rt": med("marker_landed"),
+        "probe_started_rt": med("probe_started"), "probe_ended_rt": med("probe_ended"),
+        "seen_rt": med("seen"),
+        "marker_to_probe_start_rt": C.median([(s["probe_started"] - s["marker_landed"]) / rt
+                                              for s in steps if s["probe_started"] is not None])
+        if steps else None,
+        "probe_end_to_seen_rt": C.median([(s["seen"] - s["probe_ended"]) / rt for s in steps
+                                          if s["probe_ended"] is not None]) if steps else None,
+        "in_flight_rt_p50": C.median([s["in_flight"] / rt for s in steps]) if steps else None,
+        "no_request_rt_p50": C.median(gaps) if gaps else None,
+        "polls_p50": C.median([float(s["polls"]) for s in steps]) if steps else None,
+        "after_probe": mean_counts([s["after_probe"] for s in steps]),
+        "timeline": [f"{r[5]} {r[2] / rt:5.2f}-{r[3] / rt:5.2f}  {r[0]:<13} {r[1]}  [{r[4]}]"
+                     for r in sorted(mid["requests"], key=lambda r: r[2])] if mid else [],
+        "marks": {k: (mid[k] / rt if mid[k] is not None else None)
+                  for k in ("commit", "marker_landed", "probe_started", "probe_ended", "seen")}
+        if mid else {},
+    }
+
+
+def _f(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
 
 
 def _goal(name: str, measured: float | None, target: float) -> dict[str, Any]:
@@ -360,16 +459,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
             C.progress("polls")
             ops["idle_poll"], ops["fresh_poll"] = measure_polls(b, n)
             C.progress("end to end")
-            e2e, child_stats = measure_end_to_end(b, n)
+            e2e, child_stats, e2e_steps_ = measure_end_to_end(b, n)
             proxy_stats = proxy.stats()
         finally:
             proxy.stop()
-    return report(args, model, b, ops, e2e, child_stats, proxy_stats, parts)
+    return report(args, model, b, ops, e2e, child_stats, proxy_stats, parts, e2e_steps_)
 
 
 def report(args: Any, model: LatencyModel, b: Bench, ops: dict[str, Op], e2e: list[float],
            child: dict[str, Any], proxy_stats: dict[str, Any], parts: list[int],
-           ) -> dict[str, Any]:
+           steps: list[dict[str, Any]]) -> dict[str, Any]:
     rt = b.rt
     summaries = {k: op.summary(rt) for k, op in ops.items()}
     e2e_ms = [s * 1000 for s in e2e]
@@ -377,19 +476,23 @@ def report(args: Any, model: LatencyModel, b: Bench, ops: dict[str, Op], e2e: li
                                "p99_ms": C.percentile(e2e_ms, 99),
                                "p50_rt": C.percentile(e2e_ms, 50) / (rt * 1000),
                                "p99_rt": C.percentile(e2e_ms, 99) / (rt * 1000),
-                               "samples_ms": [round(x, 1) for x in e2e_ms]}
+                               "samples_ms": [round(x, 1) for x in e2e_ms],
+                               "steps": e2e_summary(steps, rt)}
     idle_child = (child["idle_requests"] / child["idle_polls"]) if child.get("idle_polls") \
         else None
     rows = []
     for k, s in summaries.items():
         rows.append([k, s["n"], s["p50_ms"], s["p99_ms"], s["p50_rt"], s["p99_rt"],
+                     s.get("in_flight_rt_p50", s.get("steps", {}).get("in_flight_rt_p50")),
+                     s.get("no_request_rt_p50", s.get("steps", {}).get("no_request_rt_p50")),
                      s.get("requests_total"), s.get("sequential_p50"),
                      C.fmt_counts(s.get("sequential_by_kind") or {}),
                      C.fmt_counts(s.get("background") or {})])
     C.print_table(f"Latency at {model.delay_ms:g} ms added per request (request time "
                   f"{rt * 1000:.1f} ms: median small GET through the proxy)",
-                  ["operation", "n", "p50 ms", "p99 ms", "p50 RT", "p99 RT", "requests",
-                   "sequential", "sequential by kind", "background"], rows)
+                  ["operation", "n", "p50 ms", "p99 ms", "p50 RT", "p99 RT", "in flight",
+                   "none in flight", "requests", "sequential", "sequential by kind",
+                   "background"], rows)
     C.print_table("Requests by kind (mean per operation)", ["operation", "requests"],
                   [[k, C.fmt_counts(s.get("requests") or {})] for k, s in summaries.items()
                    if "requests" in s])
@@ -399,6 +502,19 @@ def report(args: Any, model: LatencyModel, b: Bench, ops: dict[str, Op], e2e: li
             print(f"  {k}:")
             for line in s["timeline"]:
                 print(f"    {line}")
+    e2e_s = summaries["end_to_end"]["steps"]
+    print("\nEnd to end, step by step (medians, request times from send()): commit "
+          f"returned {_f(e2e_s['commit_returned_rt'])}, COMMIT marker landed "
+          f"{_f(e2e_s['marker_landed_rt'])}, the consumer's GET that read it started "
+          f"{_f(e2e_s['probe_started_rt'])} and ended {_f(e2e_s['probe_ended_rt'])}, "
+          f"record returned {_f(e2e_s['seen_rt'])}; marker to probe "
+          f"{_f(e2e_s['marker_to_probe_start_rt'])}, probe end to record "
+          f"{_f(e2e_s['probe_end_to_seen_rt'])}; consumer requests after the probe "
+          f"{C.fmt_counts(e2e_s['after_probe'])}")
+    print("  the sample at the median (P producer, C consumer process; marks "
+          + ", ".join(f"{k} {_f(v)}" for k, v in e2e_s["marks"].items()) + "):")
+    for line in e2e_s["timeline"]:
+        print(f"    {line}")
     if idle_child is not None:
         print(f"\nConsumer process: {child['idle_polls']} idle polls, "
               f"{idle_child:.2f} requests each ({C.fmt_counts(child['idle_by_kind'])})")
