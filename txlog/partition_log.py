@@ -7,6 +7,7 @@ its cached state and succeeds with one request; on contention it reads the new t
 
 from __future__ import annotations
 
+import base64
 import logging
 import threading
 from collections.abc import Iterable, Sequence
@@ -16,7 +17,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from txlog import checksums, completions, layout
+from txlog import checksums, completions, inline_copies, layout
 from txlog.checkpoint import decode_checkpoint, encode_checkpoint
 from txlog.declared_size import (
     DEFAULT_FETCH_MAX_BYTES,
@@ -30,6 +31,7 @@ from txlog.model import (
     COMMIT,
     CONTROL_KINDS,
     DATA,
+    INLINE_MAX_BYTES,
     PARTS,
     Entry,
     decode_entry,
@@ -95,6 +97,29 @@ class AppendSpec:
     #: (key, count, nbytes, ts_min, ts_max, untimed), as the single-object fields are;
     #: ``data``, ``count``, ``nbytes`` and the timestamps are then taken from them.
     parts: list[Part] | None = None
+    #: The bytes of objects this entry appends, to carry in it (model.INLINE_VERSION): those
+    #: that fit INLINE_MAX_BYTES in all are copied into the entry.
+    inline: dict[str, bytes] | None = None
+
+
+def _inline_copies(spec: AppendSpec) -> dict[str, str] | None:
+    """The entry's inline copies (key -> base64) of the objects ``spec`` appends, in
+    their order while they fit INLINE_MAX_BYTES; only objects whose key names a checksum,
+    which a reader checks the copy against."""
+    if not spec.inline or spec.kind not in (DATA, COMMIT):
+        return None
+    sizes = {p[0]: p[2] for p in spec.parts} if spec.parts is not None else \
+        {spec.data: spec.nbytes} if spec.data else {}
+    out: dict[str, str] = {}
+    total = 0
+    for key, size in sizes.items():
+        data = spec.inline.get(key)
+        if data is None or len(data) != size or checksums.expected(key) is None \
+                or total + size > INLINE_MAX_BYTES:
+            continue
+        out[key] = base64.b64encode(data).decode("ascii")
+        total += size
+    return out or None
 
 
 #: Slots a refresh reads by name before it lists the tail (see PartitionLog._probe_tail):
@@ -196,6 +221,8 @@ class PartitionLog:
             self._check_owned(named_objects(e), f"log entry {k}")
             st.apply(e)
             applied += 1
+            if e.inline:  # a reader that keeps up reads these records next
+                inline_copies.keep(self.store.identity, e.inline)
         return applied
 
     def current(self) -> PartitionState:
@@ -257,10 +284,15 @@ class PartitionLog:
 
     def write_data(self, table: pa.Table) -> tuple[str, int]:
         """Write a batch object under a unique name (plain put; not yet part of the log)."""
+        key, data = self.write_object(table)
+        return key, len(data)
+
+    def write_object(self, table: pa.Table) -> tuple[str, bytes]:
+        """write_data(), returning the object's bytes (an entry may carry a copy)."""
         data = encode_parquet(table)
         key = layout.data_key(self.topic, self.partition, unique() + checksums.tag(data))
         self.store.put_new(key, data)
-        return key, len(data)
+        return key, data
 
     def append(self, spec: AppendSpec) -> AppendResult:
         """Claim the next slot for ``spec``; returns the batch's base offset.
@@ -292,6 +324,7 @@ class PartitionLog:
             # (a marker's own offset comes last)
             spec.count = sum(p[1] for p in spec.parts) + (1 if marker_parts else 0)
             spec.nbytes = sum(p[2] for p in spec.parts)
+        inline = _inline_copies(spec)
         st = self.current()
         while True:
             if spec.kind == DATA:
@@ -329,7 +362,7 @@ class PartitionLog:
                 base_sequence=spec.base_sequence, transactional=spec.transactional,
                 txn_id=spec.txn_id, data=spec.data, nbytes=spec.nbytes, ts_min=ts_min,
                 ts_max=ts_max, append_ms=append_ms, log_start_offset=spec.log_start_offset,
-                extra=extra,
+                extra=extra, inline=inline,
             )
             key = layout.entry_key(self.topic, self.partition, entry.slot)
             if self.store.put_if_absent(key, entry.encode()):
@@ -380,8 +413,10 @@ class PartitionLog:
         return self._trim(self._read_object(span.data, columns), span)
 
     def _read_object(self, key: str, columns: Sequence[str] | None) -> pa.Table:
-        return decode_parquet(checksums.verify(key, self.store.get(key)), key, columns,
-                              fetch_max_bytes=self.fetch_max_bytes)
+        raw = inline_copies.take(self.store.identity, key)  # the entry carried a copy
+        if raw is None:
+            raw = checksums.verify(key, self.store.get(key))
+        return decode_parquet(raw, key, columns, fetch_max_bytes=self.fetch_max_bytes)
 
     @staticmethod
     def _trim(table: pa.Table, span: ReadSpan) -> pa.Table:

@@ -165,9 +165,13 @@ class Worker:
         try:
             # A share of instances writes the version-2 format (DATA entries before the
             # decision, plain markers): both kinds of commit meet in the same logs.
+            # Of the others, a share writes no inline copies (version 3): markers with
+            # and without copies meet in the same logs too.
             p = self.log.producer(transactional_id=txn_id, **{
                 "commit.appends.batches": self.rng.random() >= float(
-                    self.spec.get("v2_commit_rate", 0.25))})
+                    self.spec.get("v2_commit_rate", 0.25)),
+                "inline.batch.bytes": 0 if self.rng.random() < float(
+                    self.spec.get("no_inline_rate", 0.25)) else 16_384})
             p.init_transactions()
         except Exception as exc:
             self.fail(oid, "init", exc)
