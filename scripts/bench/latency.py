@@ -515,6 +515,20 @@ def report(args: Any, model: LatencyModel, b: Bench, ops: dict[str, Op], e2e: li
           + ", ".join(f"{k} {_f(v)}" for k, v in e2e_s["marks"].items()) + "):")
     for line in e2e_s["timeline"]:
         print(f"    {line}")
+    durations: dict[str, list[float]] = {}
+    for op in ops.values():
+        for acct in op.accounts:
+            for r in acct.all:
+                durations.setdefault(r.kind, []).append(r.duration)
+    upstream = proxy_stats.get("upstream_ms_p50", {})
+    kinds = {k: {"client_rt_p50": C.median(v) / rt, "client_ms_p50": C.median(v) * 1000,
+                 "upstream_ms_p50": upstream.get(k), "n": len(v)}
+             for k, v in sorted(durations.items())}
+    C.print_table("Request durations by kind (median; the client's view, and the upstream "
+                  f"server's answer at the proxy, which adds {model.delay_ms:g} ms)",
+                  ["kind", "n", "client ms", "client RT", "upstream ms"],
+                  [[k, d["n"], d["client_ms_p50"], d["client_rt_p50"], d["upstream_ms_p50"]]
+                   for k, d in kinds.items()])
     if idle_child is not None:
         print(f"\nConsumer process: {child['idle_polls']} idle polls, "
               f"{idle_child:.2f} requests each ({C.fmt_counts(child['idle_by_kind'])})")
@@ -538,7 +552,7 @@ def report(args: Any, model: LatencyModel, b: Bench, ops: dict[str, Op], e2e: li
                   [k, C.clean(summaries[f"commit_{k}"]["sequential_p50"])] for k in parts]}
     return C.emit_json("latency", args.mode, model=asdict(model),
                        request_time_ms=C.clean(rt * 1000), ratios=ratios, goals=goals,
-                       curves=curves,
+                       curves=curves, request_kinds=C.clean(kinds),
                        results=C.clean(summaries), consumer_process=child,
                        proxy=proxy_stats)
 
