@@ -357,8 +357,10 @@ class LatencyProxy:
         # server's answer (the rest of what a client measures is its own and the wire's).
         upstream = {k: round(1000 * statistics.median(r.answered - r.forwarded for r in rs), 3)
                     for k, rs in by_kind.items()}
+        inside = {k: round(1000 * statistics.median(r.answered - r.received for r in rs), 3)
+                  for k, rs in by_kind.items()}
         return {"requests": dict(Counter(r.kind for r in log)), "count": len(log),
-                "upstream_ms_p50": upstream,
+                "upstream_ms_p50": upstream, "proxy_ms_p50": inside,
                 "delay_ms_total": sum(r.delay_ms for r in log),
                 "statuses": {str(k): v for k, v in Counter(r.status for r in log).items()},
                 "model": asdict(self.model)}
