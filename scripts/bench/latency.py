@@ -60,6 +60,7 @@ from txlog.testing.timeline import (
 GOALS = {"commit_1": 2.0, "commit_8": 2.5, "end_to_end": 6.0}
 QUIET_RT = 3.0  # the store is idle after this many request times without a request
 SEND_VALUE = b"x" * 100
+WAITING_POLL_MS = 1000  # the second end-to-end run's poll(timeout_ms=...)
 
 
 def _proxied(options: dict[str, Any], endpoint: str) -> dict[str, Any]:
@@ -254,15 +255,20 @@ def measure_polls(b: Bench, n: int) -> tuple[Op, Op]:
     return idle, fresh
 
 
-def measure_end_to_end(b: Bench, n: int) -> tuple[list[float], dict[str, Any],
-                                                   list[dict[str, Any]]]:
-    log, tl = b.connect("e2e")
+def measure_end_to_end(b: Bench, n: int, poll_timeout_ms: int = 0,
+                       ) -> tuple[list[float], dict[str, Any], list[dict[str, Any]]]:
+    """Samples of send() -> visible, the consumer process calling poll(poll_timeout_ms)
+    in a loop: 0 polls back to back; more waits in poll() as a usual consumer loop does
+    (its pauses between looks at the log back off while nothing changes)."""
+    name = f"e2e-{poll_timeout_ms}"
+    log, tl = b.connect(name)
     log.create_topic("t", 1)
     p = log.producer(transactional_id="e2e")
     p.init_transactions()
     child = subprocess.Popen(
         [sys.executable, str(Path(__file__).resolve()), "--consumer-child", "--quiet",
-         "--child-url", f"{b.base}/e2e", "--child-options", json.dumps(b.options)],
+         "--child-url", f"{b.base}/{name}", "--child-options", json.dumps(b.options),
+         "--child-poll-ms", str(poll_timeout_ms)],
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True, cwd=str(C.REPO))
     assert child.stdout is not None
     stats: dict[str, Any] = {}
@@ -342,7 +348,7 @@ def _read_line(proc: subprocess.Popen[str], timeout: float) -> str:
     return proc.stdout.readline().strip()
 
 
-def consumer_child(url: str, options: dict[str, Any]) -> None:
+def consumer_child(url: str, options: dict[str, Any], poll_ms: int = 0) -> None:
     """The end-to-end consumer: polls back to back, prints ``value seen_at`` per record
     and, on SIGINT, the requests its idle polls made, every request (for the end-to-end
     steps) and every poll's interval."""
@@ -353,18 +359,19 @@ def consumer_child(url: str, options: dict[str, Any]) -> None:
     consumer.assign([txlog.TopicPartition("t", 0)])
     consumer.poll(timeout_ms=0)
     print("ready", flush=True)
-    idle_polls, idle_requests = 0, 0
+    idle_polls, idle_requests, idle_s = 0, 0, 0.0
     by_kind: dict[str, int] = {}
     polls: list[list[float]] = []
     try:
         while True:
             before = C.counts(log.store)
             start = time.monotonic()
-            got = consumer.poll(timeout_ms=0)
+            got = consumer.poll(timeout_ms=poll_ms)
             seen = time.monotonic()
             polls.append([start, seen, len(got)])
             if not got:
                 idle_polls += 1
+                idle_s += seen - start
                 for k, v in C.diff_counts(C.counts(log.store), before).items():
                     idle_requests += v
                     by_kind[k] = by_kind.get(k, 0) + v
@@ -373,6 +380,7 @@ def consumer_child(url: str, options: dict[str, Any]) -> None:
     except KeyboardInterrupt:
         pass
     print("stats " + json.dumps({"idle_polls": idle_polls, "idle_requests": idle_requests,
+                                 "idle_seconds": idle_s, "poll_timeout_ms": poll_ms,
                                  "idle_by_kind": by_kind, "polls": polls,
                                  "requests": [astuple(r) for r in timeline.requests()]}),
           flush=True)
@@ -429,10 +437,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         p.add_argument("--consumer-child", action="store_true", help="(internal)")
         p.add_argument("--child-url", default="", help="(internal)")
         p.add_argument("--child-options", default="{}", help="(internal)")
+        p.add_argument("--child-poll-ms", type=int, default=0, help="(internal)")
 
     args = C.parse_args(__doc__.splitlines()[0], stores=False, argv=argv, extra=extra)
     if args.consumer_child:
-        consumer_child(args.child_url, json.loads(args.child_options))
+        consumer_child(args.child_url, json.loads(args.child_options), args.child_poll_ms)
         return None
     model = LatencyModel(delay_ms=args.delay_ms, jitter_ms=args.jitter_ms,
                          tail_p=args.tail_p, tail_ms=args.tail_ms, seed=args.seed)
@@ -460,15 +469,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
             ops["idle_poll"], ops["fresh_poll"] = measure_polls(b, n)
             C.progress("end to end")
             e2e, child_stats, e2e_steps_ = measure_end_to_end(b, n)
+            C.progress("end to end, the consumer waiting in poll(timeout_ms=1000)")
+            waited = measure_end_to_end(b, n, WAITING_POLL_MS)
             proxy_stats = proxy.stats()
         finally:
             proxy.stop()
-    return report(args, model, b, ops, e2e, child_stats, proxy_stats, parts, e2e_steps_)
+    return report(args, model, b, ops, e2e, child_stats, proxy_stats, parts, e2e_steps_,
+                  waited)
 
 
 def report(args: Any, model: LatencyModel, b: Bench, ops: dict[str, Op], e2e: list[float],
            child: dict[str, Any], proxy_stats: dict[str, Any], parts: list[int],
-           steps: list[dict[str, Any]]) -> dict[str, Any]:
+           steps: list[dict[str, Any]],
+           waited: tuple[list[float], dict[str, Any], list[dict[str, Any]]],
+           ) -> dict[str, Any]:
     rt = b.rt
     summaries = {k: op.summary(rt) for k, op in ops.items()}
     e2e_ms = [s * 1000 for s in e2e]
@@ -478,6 +492,15 @@ def report(args: Any, model: LatencyModel, b: Bench, ops: dict[str, Op], e2e: li
                                "p99_rt": C.percentile(e2e_ms, 99) / (rt * 1000),
                                "samples_ms": [round(x, 1) for x in e2e_ms],
                                "steps": e2e_summary(steps, rt)}
+    w_ms = [x * 1000 for x in waited[0]]
+    w_child = waited[1]
+    summaries["end_to_end_waiting"] = {
+        "n": len(w_ms), "p50_ms": C.percentile(w_ms, 50), "p99_ms": C.percentile(w_ms, 99),
+        "p50_rt": C.percentile(w_ms, 50) / (rt * 1000),
+        "p99_rt": C.percentile(w_ms, 99) / (rt * 1000),
+        "samples_ms": [round(x, 1) for x in w_ms], "steps": e2e_summary(waited[2], rt),
+        "idle_requests_per_s": (w_child["idle_requests"] / w_child["idle_seconds"])
+        if w_child.get("idle_seconds") else None}
     idle_child = (child["idle_requests"] / child["idle_polls"]) if child.get("idle_polls") \
         else None
     rows = []
@@ -533,8 +556,15 @@ def report(args: Any, model: LatencyModel, b: Bench, ops: dict[str, Op], e2e: li
                   [[k, d["n"], d["client_ms_p50"], d["client_rt_p50"], d["proxy_ms_p50"],
                     d["upstream_ms_p50"]] for k, d in kinds.items()])
     if idle_child is not None:
+        per_s = child["idle_requests"] / child["idle_seconds"] if child.get("idle_seconds") \
+            else float("nan")
         print(f"\nConsumer process: {child['idle_polls']} idle polls, "
-              f"{idle_child:.2f} requests each ({C.fmt_counts(child['idle_by_kind'])})")
+              f"{idle_child:.2f} requests each ({C.fmt_counts(child['idle_by_kind'])}), "
+              f"{per_s:.1f} requests per second polling back to back")
+    w = summaries["end_to_end_waiting"]
+    print(f"Consumer process waiting in poll(timeout_ms={WAITING_POLL_MS}): end to end p50 "
+          f"{_f(w['p50_rt'])} RT (marker to probe {_f(w['steps']['marker_to_probe_start_rt'])}"
+          f" RT), {_f(w['idle_requests_per_s'])} requests per second while idle")
     goals = [_goal("commit p50, 1 partition (request times)",
                    summaries["commit_1"]["p50_rt"], GOALS["commit_1"])]
     if "commit_8" in summaries:
@@ -545,6 +575,10 @@ def report(args: Any, model: LatencyModel, b: Bench, ops: dict[str, Op], e2e: li
                        GOALS["end_to_end"]))
     goals.append({"name": "requests per idle poll (consumer process)", "store": "s3+latency",
                   "measured": C.clean(idle_child), "target": None, "cmp": "<=", "pass": None})
+    goals.append({"name": f"(info) produce -> visible, the consumer waiting in poll(timeout_ms="
+                          f"{WAITING_POLL_MS}), p50 (request times)", "store": "s3+latency",
+                  "measured": C.clean(w["p50_rt"]), "target": None, "cmp": "<=",
+                  "pass": None})
     ratios = {f"{k}.p50_vs_request_time": C.clean(s["p50_rt"]) for k, s in summaries.items()
               if s.get("p50_rt") is not None}
     curves = {"commit_p50_rt_by_partitions": [[k, C.clean(summaries[f"commit_{k}"]["p50_rt"])]
