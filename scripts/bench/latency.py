@@ -33,6 +33,7 @@ from __future__ import annotations
 import copy
 import json
 import select
+import signal
 import subprocess
 import sys
 import time
@@ -362,8 +363,12 @@ def consumer_child(url: str, options: dict[str, Any], poll_ms: int = 0) -> None:
     idle_polls, idle_requests, idle_s = 0, 0, 0.0
     by_kind: dict[str, int] = {}
     polls: list[list[float]] = []
+    stop: list[int] = []
+    # Its own handler: a process started in the background inherits SIGINT ignored, and
+    # a flag stops the loop between polls rather than inside a request.
+    signal.signal(signal.SIGINT, lambda signum, _frame: stop.append(signum))
     try:
-        while True:
+        while not stop:
             before = C.counts(log.store)
             start = time.monotonic()
             got = consumer.poll(timeout_ms=poll_ms)
