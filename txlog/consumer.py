@@ -270,12 +270,23 @@ class Consumer:
         budget = self.max_poll_records if max_records is None else max_records
         deadline = time.monotonic() + timeout_ms / 1000
         delay = 0.01
+        slots = self._next_slots()
         while True:
             got = self._fetch_once(budget)
             if got or time.monotonic() >= deadline:
                 return got
+            if (now := self._next_slots()) != slots:
+                # New entries, nothing readable yet (a transaction began here, or its
+                # commit is on its way): its marker is due within a request or two, so
+                # look again soon, not after the backoff an idle log built up.
+                slots, delay = now, 0.01
             time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
             delay = min(delay * 2, 0.2)
+
+    def _next_slots(self) -> list[int]:
+        """The next slot of each assigned partition as cached (no request)."""
+        return [st.next_slot if (st := self.log.partition_log(tp).state) is not None else -1
+                for tp in self._assignment]
 
     def _fetch_once(self, budget: int) -> list[Any]:
         out: list[Any] = []

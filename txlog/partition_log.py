@@ -7,6 +7,7 @@ its cached state and succeeds with one request; on contention it reads the new t
 
 from __future__ import annotations
 
+import base64
 import logging
 import threading
 from collections.abc import Iterable, Sequence
@@ -18,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from txlog import arrow_memory, checksums, completions, layout
+from txlog import arrow_memory, checksums, completions, inline_copies, layout
 from txlog.checkpoint import decode_checkpoint, encode_checkpoint
 from txlog.declared_size import (
     DEFAULT_FETCH_MAX_BYTES,
@@ -32,6 +33,7 @@ from txlog.model import (
     COMMIT,
     CONTROL_KINDS,
     DATA,
+    INLINE_MAX_BYTES,
     PARTS,
     Entry,
     decode_entry,
@@ -97,6 +99,29 @@ class AppendSpec:
     #: (key, count, nbytes, ts_min, ts_max, untimed), as the single-object fields are;
     #: ``data``, ``count``, ``nbytes`` and the timestamps are then taken from them.
     parts: list[Part] | None = None
+    #: The bytes of objects this entry appends, to carry in it (model.INLINE_VERSION): those
+    #: that fit INLINE_MAX_BYTES in all are copied into the entry.
+    inline: dict[str, bytes] | None = None
+
+
+def _inline_copies(spec: AppendSpec) -> dict[str, str] | None:
+    """The entry's inline copies (key -> base64) of the objects ``spec`` appends, in
+    their order while they fit INLINE_MAX_BYTES; only objects whose key names a checksum,
+    which a reader checks the copy against."""
+    if not spec.inline or spec.kind not in (DATA, COMMIT):
+        return None
+    sizes = {p[0]: p[2] for p in spec.parts} if spec.parts is not None else \
+        {spec.data: spec.nbytes} if spec.data else {}
+    out: dict[str, str] = {}
+    total = 0
+    for key, size in sizes.items():
+        data = spec.inline.get(key)
+        if data is None or len(data) != size or checksums.expected(key) is None \
+                or total + size > INLINE_MAX_BYTES:
+            continue
+        out[key] = base64.b64encode(data).decode("ascii")
+        total += size
+    return out or None
 
 
 #: Slots a refresh reads by name before it lists the tail (see PartitionLog._probe_tail):
@@ -198,6 +223,8 @@ class PartitionLog:
             self._check_owned(named_objects(e), f"log entry {k}")
             st.apply(e)
             applied += 1
+            if e.inline:  # a reader that keeps up reads these records next
+                inline_copies.keep(self.store.identity, e.inline)
         return applied
 
     def current(self) -> PartitionState:
@@ -275,6 +302,13 @@ class PartitionLog:
 
     def write_data(self, table: pa.Table) -> tuple[str, int]:
         """Write a batch object under a unique name (plain put; not yet part of the log)."""
+        key, size, _ = self.write_object(table)
+        return key, size
+
+    def write_object(self, table: pa.Table, *, copy_up_to: int = 0,
+                     ) -> tuple[str, int, bytes | None]:
+        """write_data(), also returning a copy of the object's bytes when it is at most
+        ``copy_up_to`` bytes (a log entry may carry it); larger objects are let go at once."""
         buf = encode_parquet_buffer(table)
         data: bytes | memoryview = (memoryview(buf) if self.store.writes_buffers
                                     else buf.to_pybytes())
@@ -282,7 +316,8 @@ class PartitionLog:
         key = layout.data_key(self.topic, self.partition, unique() + checksums.tag(data))
         try:
             self.store.put_new(key, data)
-            return key, len(data)
+            size = len(data)
+            return key, size, (bytes(data) if size <= copy_up_to else None)
         finally:
             del data
             arrow_memory.release()
@@ -317,6 +352,7 @@ class PartitionLog:
             # (a marker's own offset comes last)
             spec.count = sum(p[1] for p in spec.parts) + (1 if marker_parts else 0)
             spec.nbytes = sum(p[2] for p in spec.parts)
+        inline = _inline_copies(spec)
         st = self.current()
         while True:
             if spec.kind == DATA:
@@ -354,7 +390,7 @@ class PartitionLog:
                 base_sequence=spec.base_sequence, transactional=spec.transactional,
                 txn_id=spec.txn_id, data=spec.data, nbytes=spec.nbytes, ts_min=ts_min,
                 ts_max=ts_max, append_ms=append_ms, log_start_offset=spec.log_start_offset,
-                extra=extra,
+                extra=extra, inline=inline,
             )
             key = layout.entry_key(self.topic, self.partition, entry.slot)
             if self.store.put_if_absent(key, entry.encode()):
@@ -431,7 +467,8 @@ class PartitionLog:
                               fetch_max_bytes=self.fetch_max_bytes)
 
     def _get_verified(self, key: str) -> bytes:
-        return checksums.verify(key, self.store.get(key))
+        raw = inline_copies.take(self.store.identity, key)  # the entry carried a copy
+        return raw if raw is not None else checksums.verify(key, self.store.get(key))
 
     @staticmethod
     def _trim(table: pa.Table, span: ReadSpan) -> pa.Table:

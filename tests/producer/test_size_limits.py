@@ -145,7 +145,7 @@ def test_a_consumer_refuses_a_bomb_in_the_log() -> None:
     assert bomb_key != data
     store.put(bomb_key, bomb)
     entry = decode_entry(store.get(entry_key), entry_key)
-    store.put(entry_key, dataclasses.replace(entry, data=bomb_key).encode())
+    store.put(entry_key, dataclasses.replace(entry, data=bomb_key, inline=None).encode())
     data = bomb_key
     conf: dict[str, Any] = {"fetch.max.bytes": 1_000_000}
     c = txlog.connect(log.url, **conf).consumer()
