@@ -16,8 +16,12 @@ keeps in a checkpoint, so a query's checkpoint serves either path.  Requests:
 ``stream_latest``  ``options``, ``start``, ``maxRows`` (or null), ``target`` (or null)
                    -> ``offset`` (this micro-batch's end), ``latest`` (the LSOs now)
 ``stream_plan``    ``options``, ``start``, ``end`` -> the ``scan`` answer's fields
+``stream_write_check``  as ``stream_write_begin``, but nothing is begun: whether the JVM
+                        writer takes the query's rows (asked when Spark plans a micro-batch's
+                        write, which may never run)
 ``stream_write_begin``  as ``write_begin``, with the streaming write's options
 ``stream_write_commit`` ``staging``, ``staged``, ``queryId``, ``epoch`` -> committed
+``writes_open``         -> ``writes``: writes begun and not yet committed or aborted
 """
 
 from __future__ import annotations
@@ -143,6 +147,23 @@ def stream_write_begin(req: Mapping[str, Any]) -> dict[str, Any]:
     return begin_write(req, streaming=True)
 
 
+def stream_write_check(req: Mapping[str, Any]) -> dict[str, Any]:
+    """``stream_write_begin``'s answer, with the write it began forgotten at once: only a
+    micro-batch that runs begins one, and its commit or abort ends it."""
+    from spark_ext.jvm_plan import _WRITES, begin_write
+
+    answer = begin_write(req, streaming=True)
+    if "spec" in answer:
+        _WRITES.pop(answer["spec"]["txlog.staging"], None)
+    return answer
+
+
+def writes_open(req: Mapping[str, Any]) -> dict[str, Any]:
+    from spark_ext.jvm_plan import _WRITES
+
+    return {"writes": len(_WRITES)}
+
+
 def stream_write_commit(req: Mapping[str, Any]) -> dict[str, Any]:
     """One micro-batch, one transaction: committed under the app id ``stream-<query id>``
     (or the ``txnAppId`` option) with the batch id as its version, so a batch Spark
@@ -163,6 +184,7 @@ def stream_write_commit(req: Mapping[str, Any]) -> dict[str, Any]:
 HANDLERS: dict[str, Callable[[Mapping[str, Any]], dict[str, Any]]] = {
     "stream_open": stream_open, "stream_initial": stream_initial,
     "stream_target": stream_target, "stream_latest": stream_latest,
-    "stream_plan": stream_plan, "stream_write_begin": stream_write_begin,
-    "stream_write_commit": stream_write_commit,
+    "stream_plan": stream_plan, "stream_write_check": stream_write_check,
+    "stream_write_begin": stream_write_begin, "stream_write_commit": stream_write_commit,
+    "writes_open": writes_open,
 }

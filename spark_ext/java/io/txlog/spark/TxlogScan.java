@@ -52,7 +52,8 @@ final class TxlogScan implements Scan, SupportsReportStatistics {
         for (int i = 0; i < pushed.size(); i++) {
             s.append(i > 0 ? ", " : "").append(pushed.get(i));
         }
-        return s.append("]").append(planSummary).toString();
+        return s.append("]").append(planSummary).append(", reading ")
+            .append(TxlogTable.describe(options)).toString();
     }
 
     @Override
