@@ -109,7 +109,13 @@ def expire_producers(st: PartitionState, expiration_ms: int, now: int) -> Partit
     """Pure: ``st`` without the sequence state of producers that wrote nothing here for
     ``expiration_ms`` and have no transaction open here (Kafka's producer.id.expiration.ms,
     KIP-854), for the checkpoint: it would otherwise keep every producer id ever seen.
-    A producer that comes back is told its id is unknown and starts afresh."""
+    A producer that comes back is told its id is unknown and starts afresh.
+
+    The fence epochs stay: a zombie of an ended epoch (or a client rolling a decided
+    commit forward long after) is refused only by them, however long it slept.  They
+    are one pair of integers per transactional producer id that ever ended a
+    transaction here, and a transactional producer id changes only when its
+    transactional.id expires or its epochs run out."""
     if expiration_ms < 0:
         return st
     busy = {pid for pid, _ in st.open_txns}
@@ -117,8 +123,7 @@ def expire_producers(st: PartitionState, expiration_ms: int, now: int) -> Partit
             if pid not in busy and p.last_ms < now - expiration_ms}
     if not gone:
         return st
-    return replace(st, producers={k: v for k, v in st.producers.items() if k not in gone},
-                   fence_epoch={k: v for k, v in st.fence_epoch.items() if k not in gone})
+    return replace(st, producers={k: v for k, v in st.producers.items() if k not in gone})
 
 
 def plan_compaction(st: PartitionState, segment_bytes: int) -> list[tuple[int, int]]:
