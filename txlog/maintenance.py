@@ -96,7 +96,7 @@ def apply_retention(txlog: Log, tp: TopicPartition, now: int | None = None) -> i
     if new_start <= st.log_start_offset:
         return None
     plog.append(AppendSpec(kind=RETENTION, count=0, log_start_offset=new_start,
-                           extra={"delete_delay_ms": _delay(txlog, tp)}))
+                           extra=_delete_times(txlog, tp)))
     return new_start
 
 
@@ -205,7 +205,7 @@ def compact_partition(txlog: Log, tp: TopicPartition, report: PartitionReport | 
             key, nbytes = "", 0
         plog.append(AppendSpec(kind=COMPACT, count=0, extra={
             "start": start, "end": end, "replaces": replaces, "segment": key,
-            "nbytes": nbytes, "runs": runs, "delete_delay_ms": _delay(txlog, tp)}))
+            "nbytes": nbytes, "runs": runs, **_delete_times(txlog, tp)}))
         st = plog.state or st
         applied = key == "" or key in st.batches.data
         if applied:
@@ -218,11 +218,29 @@ def compact_partition(txlog: Log, tp: TopicPartition, report: PartitionReport | 
     return report
 
 
+def store_now_ms(txlog: Log) -> int:
+    """The time deletions are due and purged by: the store's (a lower bound of it), so
+    that no client's wall clock decides when an object a reader may still need is
+    deleted; the wall clock where the store keeps no times."""
+    store_now = txlog.coordinator.clock.now_ms()
+    return store_now if store_now is not None else now_ms()
+
+
+def _delete_times(txlog: Log, tp: TopicPartition) -> dict[str, int]:
+    """The ``extra`` of an entry that drops objects: their deletion delay, and when they
+    are due on the store's clock."""
+    delay = _delay(txlog, tp)
+    return {"delete_delay_ms": delay, "delete_due_ms": store_now_ms(txlog) + delay}
+
+
 def purge(txlog: Log, tp: TopicPartition, now: int | None = None) -> int:
-    """Delete objects whose deletion delay has passed, then record it in the log."""
+    """Delete objects whose deletion delay has passed (on the store's clock), then record
+    it in the log.  ``now`` (a test's or an operator's choice) replaces the store's time."""
     plog = txlog.partition_log(tp)
     st = plog.refresh()
-    now = now if now is not None else now_ms()
+    if not st.pending_deletes:
+        return 0
+    now = now if now is not None else store_now_ms(txlog)
     due = [(d, k) for d, k in st.pending_deletes if d <= now]
     if not due:
         return 0

@@ -142,21 +142,38 @@ class StoreClock:
                 if len(self._stamps) >= _MAX_CACHED:
                     self._stamps.clear()
                 self._stamps[key] = written
-        if probe is None or self._mono() - probe[1] > REFRESH_S:
-            if self.writes_refused:
-                return None  # (as below, without trying again so soon)
-            try:
-                probe = self._measure()
-            except (StorageError, OSError) as exc:
-                # (read-only access, or the store refuses writes for now): the caller
-                # falls back to watching, which is as safe, only slower to abort.
-                log.debug("cannot measure the store's time on %s: %s", self.store, exc)
-                if write_refused(exc):
-                    self.note_refused()
-                return None
-            if probe is None:
-                return None
-            with self._lock:
-                self._probe = probe
+        probe = self._current_probe(probe)
+        if probe is None:
+            return None
         return age_lower_bound_ms(probe_stamp=probe[0], probe_mono=probe[1],
                                   now_mono=self._mono(), written_stamp=written)
+
+    def now_ms(self) -> int | None:
+        """A lower bound of the store's time now (ms since the epoch), or None when the
+        store gives no modification times or this client cannot write its probe."""
+        with self._lock:
+            probe = self._probe
+        probe = self._current_probe(probe)
+        if probe is None:
+            return None
+        return probe[0] + int((self._mono() - probe[1]) * 1000)
+
+    def _current_probe(self, probe: tuple[int, float] | None) -> tuple[int, float] | None:
+        """``probe``, or a new measurement when there is none or it is REFRESH_S old."""
+        if probe is not None and self._mono() - probe[1] <= REFRESH_S:
+            return probe
+        if self.writes_refused:
+            return None  # (as below, without trying again so soon)
+        try:
+            probe = self._measure()
+        except (StorageError, OSError) as exc:
+            # (read-only access, or the store refuses writes for now): the caller
+            # falls back to watching, which is as safe, only slower to abort.
+            log.debug("cannot measure the store's time on %s: %s", self.store, exc)
+            if write_refused(exc):
+                self.note_refused()
+            return None
+        if probe is not None:
+            with self._lock:
+                self._probe = probe
+        return probe
