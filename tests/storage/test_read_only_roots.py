@@ -276,3 +276,67 @@ def test_only_a_refused_write_counts_as_read_only_access() -> None:
     assert write_refused(OSError(errno.EROFS, "read-only file system"))
     assert not write_refused(TimeoutError("timed out"))
     assert not write_refused(StorageError("put failed: 503 SlowDown"))
+
+
+@pytest.fixture(scope="module")
+def seaweed_with_reader() -> Iterator[Any]:
+    """A SeaweedFS server of this module's own, with an identity that may only read."""
+    from txlog.testing import servers
+
+    require = pytest.importorskip
+    require("s3fs")
+    try:
+        server = servers.start_seaweed(read_only_identity=True)
+    except servers.ServerUnavailable as exc:
+        pytest.skip(f"SeaweedFS unavailable: {exc}")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.mark.s3
+def test_a_read_only_remote_root_writes_its_clock_probe_once(seaweed_with_reader: Any) -> None:
+    """With credentials that may only read, the store refuses the store-clock probe
+    (403): the client tries it once, not at every timeout check, and committed() answers
+    at once that it cannot settle the transaction holding the group's offsets."""
+    server = seaweed_with_reader
+    url = server.fresh_url("ro")
+    log = txlog.connect(url, server.storage_options)
+    log.create_topic("t")
+    with log.producer(transactional_id="done") as p:
+        p.init_transactions()
+        p.begin_transaction()
+        p.send("t", b"committed")
+        p.send_offsets_to_transaction({TopicPartition("t", 0): 1}, "g")
+        p.commit_transaction()
+    hung = log.producer(transactional_id="hung", transaction_timeout_ms=600_000)
+    hung.init_transactions()
+    hung.begin_transaction()
+    hung.send("t", b"open")
+    hung.send_offsets_to_transaction({TopicPartition("t", 0): 2}, "g")
+    hung.flush()
+
+    reader = txlog.connect(url, server.reader_storage_options, create=False)
+    attempts = []
+    put = reader.store.put
+
+    def counted(key: str, data: bytes) -> None:
+        attempts.append(key)
+        put(key, data)
+
+    reader.store.put = counted  # type: ignore[method-assign]
+    c = reader.consumer(group_id="g")
+    from txlog.errors import UnstableOffsetCommitError
+
+    with pytest.raises(UnstableOffsetCommitError, match="cannot write"):
+        c.committed([TopicPartition("t", 0)], timeout=60)
+    plain = reader.consumer(auto_offset_reset="earliest")
+    plain.assign([TopicPartition("t", 0)])
+    got = []
+    for _ in range(5):
+        got += [r.value for r in plain.poll(max_records=100)]
+    assert got == [b"committed"]
+    assert len(attempts) == 1 and attempts[0].startswith("_txn/clock/"), attempts
+    hung.abort_transaction()
+    hung.close()
