@@ -227,7 +227,7 @@ class PartitionState:
         if new_start <= self.log_start_offset:
             return
         self.log_start_offset = new_start
-        due = _delete_due(e)
+        due = e.delete_due_ms
         self.pending_deletes.extend((due, k) for k in self.drop_batches_below(new_start))
 
     def _apply_compaction(self, e: Entry) -> None:
@@ -249,7 +249,7 @@ class PartitionState:
                  "txn_id": None} for n, r in enumerate(x["runs"])]
         old = set(b.data[i:j])
         b.replace(i, j, rows)
-        due = _delete_due(e)
+        due = e.delete_due_ms
         self.pending_deletes.extend((due, k) for k in sorted(old) if k)
 
     def _apply_data(self, e: Entry) -> None:
@@ -475,17 +475,6 @@ class PartitionState:
 
     def size_bytes(self) -> int:
         return sum(self.batches.nbytes)
-
-
-def _delete_due(e: Entry) -> int:
-    """When the objects an entry drops may be deleted: the store's time its writer
-    stamped (``delete_due_ms``), else its own append time plus the delay (entries of
-    writers that stamped none, whose wall clock then decides)."""
-    x = e.extra or {}
-    due = x.get("delete_due_ms")
-    if type(due) is int and due >= 0:
-        return due
-    return e.append_ms + int(x.get("delete_delay_ms", 0))
 
 
 def _data_of_marker(e: Entry) -> Entry:
