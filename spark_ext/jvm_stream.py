@@ -26,8 +26,7 @@ import json
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from spark_ext import hadoop_conf
-from spark_ext.jvm_scan import plan_lines
+from spark_ext import hadoop_conf, plan_file
 from spark_ext.options import PLAN_LOCK, parse_read_options
 from spark_ext.read_plan import cached_log, check_declared_schema, plan_shape
 from txlog.errors import ConfigError
@@ -127,11 +126,12 @@ def stream_plan(req: Mapping[str, Any]) -> dict[str, Any]:
     start, end = _offsets(req, "start"), _offsets(req, "end")
     if start is None or end is None:
         raise ConfigError("a stream_plan request needs the micro-batch's start and end")
+    plan_file.check_format(req)
     with PLAN_LOCK:
-        groups = reader.plan_groups(start, end)
+        arrays, ids = reader.plan_arrays(start, end)
     where = hadoop_conf.for_store(reader.log.store)
-    objects = len({s.key for g in groups for s in g})
-    return {"plan": plan_lines(None, groups, where),  # type: ignore[arg-type]
+    objects = arrays.objects()
+    return {"planFile": plan_file.write(arrays, ids, where),
             "schema": reader.shape.schema_json, "kafka": reader.shape.kafka_shaped,
             "failOnDataLoss": reader.ro.fail_on_data_loss, "objects": objects,
             "objectsBeforePushdown": objects, "hadoopConf": where.conf}

@@ -59,6 +59,18 @@ def _stored_bytes(st: PartitionState, span: ReadSpan) -> int:
     return b.nbytes[i] * span.take // b.count[i]
 
 
+def _decoded_bytes(tables: list[pa.Table]) -> int:
+    """The bytes of the decoded objects ``tables`` are slices of (each counted once)."""
+    seen: dict[int, int] = {}
+    for t in tables:
+        for col in t.columns:
+            for chunk in col.chunks:
+                for buf in chunk.buffers():
+                    if buf is not None:
+                        seen[buf.address] = max(seen.get(buf.address, 0), buf.size)
+    return sum(seen.values())
+
+
 class Consumer:
     def __init__(self, txlog: Log, *, group_id: str | None = None,
                  isolation_level: str = READ_COMMITTED, auto_offset_reset: str = "latest",
@@ -272,8 +284,11 @@ class Consumer:
         moved: dict[TopicPartition, int] = {}
         n = len(self._assignment)
         room = self.fetch_max_bytes
+        # The same limit on the decoded tables: records that compress well decode to
+        # many times their stored size (at least one object is decoded per poll).
+        decoded_room = self.fetch_max_bytes
         for i in range(n):
-            if budget <= 0 or room <= 0:
+            if budget <= 0 or room <= 0 or decoded_room <= 0:
                 break
             tp = self._assignment[(self._next + i) % n]
             if tp in self._paused:
@@ -307,8 +322,14 @@ class Consumer:
                 size += nbytes
             if not take:
                 break
+            tables = plog.read_spans(take, max_decoded=min(decoded_room,
+                                                           self.max_partition_fetch_bytes))
+            if len(tables) < len(take):
+                take = take[:len(tables)]
+                total = sum(s.take for s in take)
+                size = sum(_stored_bytes(st, s) for s in take)
             room -= size
-            tables = plog.read_spans(take)
+            decoded_room -= _decoded_bytes(tables)
             kafka = self.log.topic(tp.topic).kafka_shaped
             meta, row = [], 0
             pieces, offsets = [], []

@@ -51,7 +51,12 @@ def owns(topic: str, partition: int, key: str) -> bool:
     it nor maintenance deletes it because an entry says so."""
     if ".." in key.split("/") or "\\" in key or "\x00" in key:
         return False
-    return key.startswith((data_prefix(topic, partition), f"topics/{topic}/_staging/"))
+    return key.startswith((data_prefix(topic, partition), staging_prefix_of(topic)))
+
+
+def staging_prefix_of(topic: str) -> str:
+    """Where every staged write of ``topic`` (Spark's) keeps its objects."""
+    return f"topics/{topic}/_staging/"
 
 
 def topic_root(topic: str) -> str:

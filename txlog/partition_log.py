@@ -13,10 +13,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from txlog import checksums, completions, layout
+from txlog import arrow_memory, checksums, completions, layout
 from txlog.checkpoint import decode_checkpoint, encode_checkpoint
 from txlog.declared_size import (
     DEFAULT_FETCH_MAX_BYTES,
@@ -215,8 +217,9 @@ class PartitionLog:
         for key in reversed(keys):
             try:
                 st = decode_checkpoint(self.store.get(key), key)
-                self._check_owned(set(st.batches.data) | {k for _, k in st.pending_deletes},
-                                  f"checkpoint {key}")
+                self._check_owned_column(st.batches.arrow().column("data"),
+                                         f"checkpoint {key}")
+                self._check_owned({k for _, k in st.pending_deletes}, f"checkpoint {key}")
                 return st
             except ObjectNotFoundError:
                 continue  # deleted by a newer checkpoint's cleanup
@@ -261,14 +264,36 @@ class PartitionLog:
                     "name its own partition's objects. It is corrupt, or was written by "
                     "someone who should not write to this root: remove it")
 
+    def _check_owned_column(self, keys: pa.ChunkedArray, what: str) -> None:
+        """:meth:`_check_owned` for a column of keys, with array operations (a checkpoint
+        names up to millions of objects); keys that may not pass get the exact check."""
+        data = layout.data_prefix(self.topic, self.partition)
+        if not pc.all(pc.starts_with(keys, data)).as_py():
+            ok = pc.or_(pc.equal(keys, ""), pc.or_(
+                pc.starts_with(keys, data),
+                pc.starts_with(keys, layout.staging_prefix_of(self.topic))))
+            self._check_owned(keys.filter(pc.invert(ok)).to_pylist(), what)
+        for chunk in keys.chunks:
+            if _suspicious_bytes(chunk):
+                odd = pc.or_(pc.match_substring(chunk, ".."), pc.or_(
+                    pc.match_substring(chunk, "\\"), pc.match_substring(chunk, "\x00")))
+                self._check_owned(chunk.filter(odd).to_pylist(), what)
+
     # -- appending -----------------------------------------------------------------------
 
     def write_data(self, table: pa.Table) -> tuple[str, int]:
         """Write a batch object under a unique name (plain put; not yet part of the log)."""
-        data = encode_parquet(table)
+        buf = encode_parquet_buffer(table)
+        data: bytes | memoryview = (memoryview(buf) if self.store.writes_buffers
+                                    else buf.to_pybytes())
+        del buf
         key = layout.data_key(self.topic, self.partition, unique() + checksums.tag(data))
-        self.store.put_new(key, data)
-        return key, len(data)
+        try:
+            self.store.put_new(key, data)
+            return key, len(data)
+        finally:
+            del data
+            arrow_memory.release()
 
     def append(self, spec: AppendSpec) -> AppendResult:
         """Claim the next slot for ``spec``; returns the batch's base offset.
@@ -373,23 +398,48 @@ class PartitionLog:
     # -- reading -------------------------------------------------------------------------
 
     def read_spans(self, spans: Sequence[ReadSpan], columns: Sequence[str] | None = None,
-                   ) -> list[pa.Table]:
+                   *, max_decoded: int | None = None) -> list[pa.Table]:
         """The rows of each span, trimmed to its offsets, in order.  Each object is read
-        once even when several spans (runs of a compacted segment) point into it."""
+        once even when several spans (runs of a compacted segment) point into it.
+
+        ``max_decoded``: decode objects in order only until their decoded tables hold
+        that many bytes (at least one object), and return the tables of the spans read
+        so far, a prefix of ``spans``: a budget on stored sizes alone lets objects that
+        compress well decode to many times it."""
         keys = list(dict.fromkeys(s.data for s in spans))
-        if _parallel(self.store) and len(keys) > 1:
-            tables = dict(zip(keys, fan_out(lambda k: self._read_object(k, columns), keys),
-                              strict=True))
-        else:
-            tables = {k: self._read_object(k, columns) for k in keys}
-        return [self._trim(tables[s.data], s) for s in spans]
+        if max_decoded is None:
+            if _parallel(self.store) and len(keys) > 1:
+                tables = dict(zip(keys, fan_out(lambda k: self._read_object(k, columns),
+                                                keys), strict=True))
+            else:
+                tables = {k: self._read_object(k, columns) for k in keys}
+            return [self._trim(tables[s.data], s) for s in spans]
+        # Stored bytes side by side (the caller bounded them); decoding one at a time.
+        raws = (dict(zip(keys, fan_out(self._get_verified, keys), strict=True))
+                if _parallel(self.store) and len(keys) > 1 else None)
+        tables, decoded = {}, 0
+        for k in keys:
+            if tables and decoded >= max_decoded:
+                break
+            raw = raws.pop(k) if raws is not None else self._get_verified(k)
+            tables[k] = decode_parquet(raw, k, columns, fetch_max_bytes=self.fetch_max_bytes)
+            decoded += tables[k].nbytes
+        out = []
+        for s in spans:
+            if s.data not in tables:
+                break
+            out.append(self._trim(tables[s.data], s))
+        return out
 
     def read_span(self, span: ReadSpan, columns: Sequence[str] | None = None) -> pa.Table:
         return self._trim(self._read_object(span.data, columns), span)
 
     def _read_object(self, key: str, columns: Sequence[str] | None) -> pa.Table:
-        return decode_parquet(checksums.verify(key, self.store.get(key)), key, columns,
+        return decode_parquet(self._get_verified(key), key, columns,
                               fetch_max_bytes=self.fetch_max_bytes)
+
+    def _get_verified(self, key: str) -> bytes:
+        return checksums.verify(key, self.store.get(key))
 
     @staticmethod
     def _trim(table: pa.Table, span: ReadSpan) -> pa.Table:
@@ -403,19 +453,40 @@ class PartitionLog:
         return table
 
 
+def _suspicious_bytes(keys: pa.Array) -> bool:
+    """Whether any of the keys may hold "..", a backslash or a NUL (a scan of their bytes:
+    a match across two keys is a false alarm, which the exact check then clears)."""
+    if len(keys) == 0 or not pa.types.is_string(keys.type):
+        return len(keys) > 0
+    _, offset_buf, value_buf = keys.buffers()
+    if value_buf is None:  # every key empty
+        return False
+    offsets = np.frombuffer(offset_buf, np.int32, len(keys) + 1, keys.offset * 4)
+    raw = np.frombuffer(value_buf, np.uint8)[offsets[0]:offsets[-1]]
+    dots = raw == ord(".")
+    return bool((raw == ord("\\")).any() or (raw == 0).any() or (dots[1:] & dots[:-1]).any())
+
+
 def encode_parquet(table: pa.Table) -> bytes:
+    """A batch object's bytes (see :func:`encode_parquet_buffer`)."""
+    return encode_parquet_buffer(table).to_pybytes()  # type: ignore[no-any-return]
+
+
+def encode_parquet_buffer(table: pa.Table) -> pa.Buffer:
     """A batch object: snappy, no statistics (planning never reads them).  Kafka record
     values are not dictionary-encoded: they are rarely repeated, and trying costs as much
-    CPU as the rest of the encoding."""
+    CPU as the rest of the encoding.  The buffer is txlog's pool's: a store that writes
+    from any buffer writes it without a copy into Python bytes."""
     dictionary: bool | list[str] = True
     if "value" in table.column_names and has_kafka_fields(table.schema):
         dictionary = [c for c in table.column_names if c != "value"]
     # Arrow's own buffer, not io.BytesIO: writing through a Python file object was
     # several times slower (docs/benchmarks.md).
-    buf = pa.BufferOutputStream()
+    mem = arrow_memory.pool()
+    buf = pa.BufferOutputStream(memory_pool=mem)
     pq.write_table(table, buf, compression="snappy", write_statistics=False,
-                   use_dictionary=dictionary)
-    return buf.getvalue().to_pybytes()  # type: ignore[no-any-return]
+                   use_dictionary=dictionary, memory_pool=mem)
+    return buf.getvalue()
 
 
 def decode_parquet(raw: bytes, where: str, columns: Sequence[str] | None = None, *,
@@ -423,7 +494,8 @@ def decode_parquet(raw: bytes, where: str, columns: Sequence[str] | None = None,
     # ParquetFile, not read_table: read_table builds a dataset per call, which doubled
     # the time to decode a batch object.
     try:
-        pf = pq.ParquetFile(pa.BufferReader(raw))
+        # The object is in memory already: nothing to read ahead.
+        pf = pq.ParquetFile(pa.BufferReader(raw), pre_buffer=False)
         bound = parquet_expansion_bound(raw, pf.metadata, pf.schema)
     except Exception as exc:  # pyarrow raises several types for damaged input
         raise CorruptObjectError(
@@ -439,8 +511,10 @@ def decode_parquet(raw: bytes, where: str, columns: Sequence[str] | None = None,
                         what="batch object (its values)")
     cols = list(columns) if columns else None
     try:
+        # One thread: the columns of one object are small, and decoding them on Arrow's
+        # thread pool left each of its threads' allocator caches holding freed memory.
         if bound.potential <= limit:
-            return pf.read(columns=cols)
+            return pf.read(columns=cols, use_threads=False)
         return _read_expanding(raw, pf, bound.dictionary_columns, cols, where, limit)
     except RecordTooLargeError:
         raise
@@ -455,15 +529,15 @@ def _read_expanding(raw: bytes, pf: pq.ParquetFile, dictionary_columns: Sequence
                     columns: list[str] | None, where: str, limit: int) -> pa.Table:
     """Read ``raw`` whose dictionaries could expand past ``limit``: decoded as dictionaries
     first (no bigger than its pages), measured, and expanded only if that fits."""
-    compact = pq.ParquetFile(pa.BufferReader(raw), metadata=pf.metadata,
+    compact = pq.ParquetFile(pa.BufferReader(raw), metadata=pf.metadata, pre_buffer=False,
                              read_dictionary=list(dictionary_columns))
     groups = compact.metadata.num_row_groups
     # Row group by row group: a nested column read as dictionaries cannot span several.
     parts = []
     size = 0
     for i in range(groups):
-        part = compact.read(columns=columns) if groups == 1 else \
-            compact.read_row_group(i, columns=columns)
+        part = compact.read(columns=columns, use_threads=False) if groups == 1 else \
+            compact.read_row_group(i, columns=columns, use_threads=False)
         size += decoded_size(part)
         if size > limit:
             raise RecordTooLargeError(
@@ -474,7 +548,7 @@ def _read_expanding(raw: bytes, pf: pq.ParquetFile, dictionary_columns: Sequence
         parts.append(part)
     plain = pf.schema_arrow
     if not parts:
-        return pf.read(columns=columns)
+        return pf.read(columns=columns, use_threads=False)
     schema = pa.schema([plain.field(n) for n in parts[0].column_names])
     if len(parts) == 1:
         return parts[0].cast(schema)

@@ -185,7 +185,11 @@ def code() -> dict[str, Any]:
 
 def emit_json(bench: str, mode: str, **fields: Any) -> dict[str, Any]:
     """Print the benchmark's one machine-readable line (last on stdout)."""
-    d = {"bench": bench, "mode": mode, **fields, "machine": machine(), "code": code()}
+    # When it ended and the load then: charts and reports name the run they come from.
+    d = {"bench": bench, "mode": mode, "finished": time.strftime("%Y-%m-%d %H:%M UTC",
+                                                                 time.gmtime()),
+         "load_average": round(os.getloadavg()[0], 1), **fields, "machine": machine(),
+         "code": code()}
     print(json.dumps(d, sort_keys=False, default=_json_default), flush=True)
     return d
 
