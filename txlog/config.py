@@ -108,7 +108,7 @@ RANGES: dict[str, tuple[int, int]] = {
 MAX_CONF_BYTES = 1 << 20
 # TXLOG_* variables that are not configuration keys.
 NON_CONFIG_ENV = frozenset({"TXLOG_CONF", "TXLOG_ROOT", "TXLOG_STORAGE_OPTIONS", "TXLOG_DEBUG",
-                            "TXLOG_CRASH_AT", "TXLOG_CACHE_DIR", "TXLOG_JARS_DIR",
+                            "TXLOG_CRASH_AT", "TXLOG_STOP_AT", "TXLOG_CACHE_DIR", "TXLOG_JARS_DIR",
                             "TXLOG_BENCH_TMP"})
 TOPIC_KEYS = frozenset({"retention.ms", "retention.bytes", "segment.bytes",
                         "checkpoint.interval.batches", "file.delete.delay.ms"})

@@ -402,10 +402,16 @@ class Consumer:
             try:
                 return read_committed_offsets(self.log, self.group_id, tps,
                                               require_stable=True)
-            except UnstableOffsetCommitError:
+            except UnstableOffsetCommitError as exc:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise
+                if self.log.coordinator.clock.writes_refused:
+                    # Only a writer can settle an expired or decided transaction.
+                    raise UnstableOffsetCommitError(
+                        f"{exc}; this client cannot write to {self.log.url} (read-only "
+                        "access), so it cannot settle that transaction: call again later, "
+                        "or run `txlog maintain` with write access") from None
                 time.sleep(min(delay, left))
                 delay = min(delay * 2, 0.5)
 

@@ -79,6 +79,8 @@ TXN_PREFIX = "_txn/"
 ROOT_SETTINGS_KEY = "_meta/root.json"
 #: Where a remote store keeps its verdict on the backend's atomic create (atomic_check.py).
 ATOMIC_CREATE_VERDICT_PREFIX = "_meta/atomic-create/"
+#: A folder no object is ever written to: listing it checks that the bucket exists.
+BUCKET_CHECK_PREFIX = "_meta/bucket-check/"
 #: Objects the store-clock measurement writes and deletes (store_clock.py).
 CLOCK_PROBE_PREFIX = "_txn/clock/"
 

@@ -95,6 +95,17 @@ class Entry:
     def end_offset(self) -> int:
         return self.base_offset + self.count
 
+    @property
+    def delete_due_ms(self) -> int:
+        """When the objects a RETENTION or COMPACT entry drops may be deleted: the store's
+        time its writer stamped (``delete_due_ms``), else its own append time plus the
+        delay (entries of writers that stamped none, whose wall clock then decides)."""
+        x = self.extra or {}
+        due = x.get("delete_due_ms")
+        if type(due) is int and due >= 0:
+            return due
+        return self.append_ms + int(x.get("delete_delay_ms", 0))
+
     def encode(self) -> bytes:
         # A shallow dict, not asdict(): asdict deep-copies every value, and this runs for
         # every appended batch.  json.dumps copies nothing anyway.

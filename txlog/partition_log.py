@@ -23,10 +23,18 @@ from txlog import arrow_memory, checksums, completions, inline_copies, layout
 from txlog.checkpoint import decode_checkpoint, encode_checkpoint
 from txlog.declared_size import (
     DEFAULT_FETCH_MAX_BYTES,
+    MAX_DECODED_RATIO,
     check_declared_size,
-    parquet_declared_size,
+    decoded_limit,
+    decoded_size,
+    parquet_expansion_bound,
 )
-from txlog.errors import CorruptObjectError, ObjectNotFoundError, ProducerFencedError
+from txlog.errors import (
+    CorruptObjectError,
+    ObjectNotFoundError,
+    ProducerFencedError,
+    RecordTooLargeError,
+)
 from txlog.fanout import fan_out
 from txlog.model import (
     BEGIN,
@@ -525,20 +533,60 @@ def decode_parquet(raw: bytes, where: str, columns: Sequence[str] | None = None,
     try:
         # The object is in memory already: nothing to read ahead.
         pf = pq.ParquetFile(pa.BufferReader(raw), pre_buffer=False)
-        declared = parquet_declared_size(raw, pf.metadata)
+        bound = parquet_expansion_bound(raw, pf.metadata, pf.schema)
     except Exception as exc:  # pyarrow raises several types for damaged input
         raise CorruptObjectError(
             f"batch object {where} cannot be read as Parquet ({type(exc).__name__}: {exc}); "
             "it is truncated or corrupt"
         ) from None
     # Before decoding: the footer's and pages' sizes say what decompression would allocate.
-    check_declared_size(declared, len(raw), where, fetch_max_bytes=fetch_max_bytes)
+    check_declared_size(bound.declared, len(raw), where, fetch_max_bytes=fetch_max_bytes)
+    limit = decoded_limit(len(raw), fetch_max_bytes)
+    # Run-length and dictionary encoding expand past what the pages declare: the values
+    # alone, or (below) the dictionaries' entries, must fit the same limit.
+    check_declared_size(bound.fixed, len(raw), where, fetch_max_bytes=fetch_max_bytes,
+                        what="batch object (its values)")
+    cols = list(columns) if columns else None
     try:
         # One thread: the columns of one object are small, and decoding them on Arrow's
         # thread pool left each of its threads' allocator caches holding freed memory.
-        return pf.read(columns=list(columns) if columns else None, use_threads=False)
+        if bound.potential <= limit:
+            return pf.read(columns=cols, use_threads=False)
+        return _read_expanding(raw, pf, bound.dictionary_columns, cols, where, limit)
+    except RecordTooLargeError:
+        raise
     except Exception as exc:  # pyarrow raises several types for damaged input
         raise CorruptObjectError(
             f"batch object {where} cannot be read as Parquet ({type(exc).__name__}: {exc}); "
             "it is truncated or corrupt"
         ) from None
+
+
+def _read_expanding(raw: bytes, pf: pq.ParquetFile, dictionary_columns: Sequence[str],
+                    columns: list[str] | None, where: str, limit: int) -> pa.Table:
+    """Read ``raw`` whose dictionaries could expand past ``limit``: decoded as dictionaries
+    first (no bigger than its pages), measured, and expanded only if that fits."""
+    compact = pq.ParquetFile(pa.BufferReader(raw), metadata=pf.metadata, pre_buffer=False,
+                             read_dictionary=list(dictionary_columns))
+    groups = compact.metadata.num_row_groups
+    # Row group by row group: a nested column read as dictionaries cannot span several.
+    parts = []
+    size = 0
+    for i in range(groups):
+        part = compact.read(columns=columns, use_threads=False) if groups == 1 else \
+            compact.read_row_group(i, columns=columns, use_threads=False)
+        size += decoded_size(part)
+        if size > limit:
+            raise RecordTooLargeError(
+                f"batch object {where} expands into more than {size} bytes decoded from "
+                f"{len(raw)} stored (its dictionary entries repeated), more than "
+                f"fetch.max.bytes and {MAX_DECODED_RATIO} times its size; txlog does not "
+                "decode it (raise fetch.max.bytes if it is genuine)")
+        parts.append(part)
+    plain = pf.schema_arrow
+    if not parts:
+        return pf.read(columns=columns, use_threads=False)
+    schema = pa.schema([plain.field(n) for n in parts[0].column_names])
+    if len(parts) == 1:
+        return parts[0].cast(schema)
+    return pa.concat_tables([p.cast(schema) for p in parts])

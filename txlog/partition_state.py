@@ -341,7 +341,7 @@ class PartitionState:
         if new_start <= self.log_start_offset:
             return
         self.log_start_offset = new_start
-        due = e.append_ms + int((e.extra or {}).get("delete_delay_ms", 0))
+        due = e.delete_due_ms
         self.pending_deletes.extend((due, k) for k in self.drop_batches_below(new_start))
 
     def _apply_compaction(self, e: Entry) -> None:
@@ -363,7 +363,7 @@ class PartitionState:
                  "txn_id": None} for n, r in enumerate(x["runs"])]
         old = set(b.data[i:j])
         b.replace(i, j, rows)
-        due = e.append_ms + int(x.get("delete_delay_ms", 0))
+        due = e.delete_due_ms
         self.pending_deletes.extend((due, k) for k in sorted(old) if k)
 
     def _apply_data(self, e: Entry) -> None:
