@@ -285,6 +285,12 @@ def test_an_object_that_fails_its_checksum_is_refused(spark: Any, tmp_path: Path
     with pytest.raises(Exception, match=re.escape(obj.name) + r" fails its checksum"):
         spark_ext.read(spark, url, topic="c", engine="jvm").select("value").collect()
     assert spark_ext.read(spark, url, topic="c", engine="jvm").count() == 3
+    # Damage in the footer (the same size): named by the checksum too, parsed or not.
+    footer = bytearray(data)
+    footer[-40] ^= 0xFF
+    obj.write_bytes(bytes(footer))
+    with pytest.raises(Exception, match=re.escape(obj.name) + r" fails its checksum"):
+        spark_ext.read(spark, url, topic="c", engine="jvm").select("value").collect()
 
 
 def test_typed_topic_with_a_wrong_object_type_is_refused(spark: Any, tmp_path: Path) -> None:

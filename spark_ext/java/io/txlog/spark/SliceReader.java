@@ -316,7 +316,7 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
         } catch (FileNotFoundException e) {
             throw e;
         } catch (EOFException e) {  // shorter than declared
-            throw sizeMismatch(path, conf, declared, e);
+            throw openFailure(path, conf, declared, null, e);
         } catch (IOException | RuntimeException e) {
             throw unreadable(e);
         }
@@ -329,7 +329,7 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
             return new Opened(path, status, whole, stream, footer);
         } catch (IOException | RuntimeException e) {
             stream.close();
-            throw sizeMismatch(path, conf, declared, e);
+            throw openFailure(path, conf, declared, whole, e);
         }
     }
 
@@ -387,9 +387,10 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
     }
 
     /** The error for an object that could not be read: its size if that differs from the
-     * declared one (FileNotFoundException: gone), else {@code e} as it is. */
-    private IOException sizeMismatch(Path path, Configuration conf, long declared, Exception e)
-        throws IOException {
+     * declared one (FileNotFoundException: gone), else its checksum if it was read whole
+     * and fails it, else {@code e} as it is. */
+    private IOException openFailure(Path path, Configuration conf, long declared,
+                                     ObjectBytes whole, Exception e) throws IOException {
         if (declared > 0) {
             long actual = path.getFileSystem(conf).getFileStatus(path).getLen();  // FNF: gone
             if (actual != declared) {
@@ -403,9 +404,8 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
         if (e instanceof FileNotFoundException) {
             throw (FileNotFoundException) e;
         }
-        if (e instanceof IOException && e.getMessage() != null
-            && e.getMessage().contains("fails its checksum")) {
-            return (IOException) e;
+        if (whole != null) {
+            whole.verify(part.paths[slice]);  // a damaged object is named as such
         }
         return unreadable(e);
     }
