@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 import spark_ext
 from spark_ext.write_options import SEND_OFFSETS_OPTION, SendOffsets
-from txlog.errors import ConfigError, OffsetOutOfRangeError
+from txlog.errors import ConfigError, OffsetOutOfRangeError, ProducerFencedError
 from txlog.names import validate_id, validate_topic
 from txlog.records import TopicPartition
 
@@ -224,10 +224,11 @@ def run_into_delta(spark: SparkSession, lg: Log, *, path: str, source_topic: str
                    max_records_per_round: int | None, max_rounds: int | None,
                    starting_offsets: str, native: bool,
                    on_round: Callable[[Round], None] | None) -> RunResult:
-    """The loop of :func:`run` into a Delta table: round n appends to the table with
-    Delta's ``txnAppId`` = :func:`delta_app_id` and ``txnVersion`` = n (its source range
-    in the commit's userMetadata), then commits the source offsets together with "round n
-    done" (txlog's app version) in one txlog transaction.
+    """The loop of :func:`run` into a Delta table: round n appends to the table and
+    records, in the same Delta commit, the app id :func:`delta_app_id` at version n
+    (Delta's SetTransaction, as ``txnAppId``/``txnVersion`` do; its source range in the
+    commit's userMetadata; see :mod:`spark_ext.delta_txn`), then commits the source
+    offsets together with "round n done" (txlog's app version) in one txlog transaction.
 
     Round n starts where the group's offsets are and compares the table's record for the
     app id with the last round whose offsets were committed:
@@ -240,10 +241,12 @@ def run_into_delta(spark: SparkSession, lg: Log, *, path: str, source_topic: str
       offsets reset): :class:`spark_ext.delta.DeltaSinkStateError`.
 
     Each run of the group fences the earlier ones (transactional.id ``eos-<group>``), and
-    a round whose write Delta skipped (another run wrote round n first) commits the range
-    that the table's round n holds, not its own, so the two cannot disagree.
+    a round that another run's round n beat to the table (Delta skipped its write, or its
+    commit conflicted and wrote nothing) commits the range that the table's round n
+    holds, not its own, so the two cannot disagree.
     """
     from spark_ext import delta as sd
+    from spark_ext import delta_txn as dtx
     from spark_ext.writer import _pause_point
     from txlog.app_versions import committed_app_version
 
@@ -263,9 +266,9 @@ def run_into_delta(spark: SparkSession, lg: Log, *, path: str, source_topic: str
                 # Nothing to read, so no round is pending either (a round written to the
                 # table but not committed here covers offsets from the group's position).
                 break
-            # One fresh snapshot of the table: its version and the app's record (its state,
-            # which the write below reuses for Delta's own txnVersion check).
-            record = sd.app_record(spark, sink_delta, app)
+            # One fresh snapshot of the table: its version, the app's record and the
+            # Delta transaction the round commits through.
+            record = dtx.open_round(spark, sink_delta, app)
             in_table = record.txn_version or 0
             number = len(result.rounds) + 1
             if in_table == done + 1:
@@ -285,15 +288,27 @@ def run_into_delta(spark: SparkSession, lg: Log, *, path: str, source_topic: str
                                         topic=source_topic, start=_by_partition(start),
                                         end=_by_partition(end))
                 _pause_point("delta-before-write")
-                sd.write_idempotent(transform(df), sink_delta, app_id=app,
-                                    version=done + 1, metadata=meta)
+                written = dtx.write_round(spark, record, transform(df), sink_delta,
+                                          app_id=app, version=done + 1, metadata=meta)
                 _pause_point("delta-after-write")
-                # Delta skips the write if another run wrote this round first: commit
-                # the range the table's round holds, found among the commits after the
-                # snapshot read above.
-                location = record.location or sd.table_location(spark, sink_delta)
-                held_meta = None if location is None else sd.round_committed_after(
-                    spark, location, app, done + 1, record.table_version)
+                if written is not None:
+                    held_meta = sd.parse_user_metadata(meta)
+                else:
+                    # Another run may have written this round first (Delta skipped the
+                    # write, or its commit lost to that run's).  If that run also
+                    # committed the round's offsets, it has taken over the group.
+                    now_done = committed_app_version(lg, app) or 0
+                    if now_done > done:
+                        raise ProducerFencedError(
+                            f"another run of group {group_id!r} committed round {now_done} "
+                            f"of {app!r} while this run was writing round {done + 1}: this "
+                            "run wrote nothing to the Delta table and stops; run the job "
+                            "again to continue after it")
+                    # Otherwise commit the range the table's round holds, found among
+                    # the commits after the snapshot.
+                    location = record.location or sd.table_location(spark, sink_delta)
+                    held_meta = None if location is None else sd.round_committed_after(
+                        spark, location, app, done + 1, record.table_version)
                 held = _range_in_table(spark, lg, sink_delta, app, done + 1, group_id,
                                        source_topic, start, held_meta)
                 _commit_round(p, group_id, app, done + 1, held)

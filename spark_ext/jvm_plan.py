@@ -7,7 +7,8 @@ Each request is a JSON object with an ``op``; each answer a JSON object, or
 
 ``schema``       ``options`` -> ``schema`` (Spark's JSON), ``kafka`` (bool)
 ``scan``         ``options``, ``filters`` (:mod:`spark_ext.pushdown`), ``declared`` (a
-                 user's schema, checked) -> ``plan`` (PlannedScanProvider's lines),
+                 user's schema, checked), ``planFormat`` (the plan format the JVM reads,
+                 checked) -> ``planFile`` (:mod:`spark_ext.plan_file`, deleted by its reader),
                  ``schema``, ``kafka``, ``failOnDataLoss``, ``objects``,
                  ``objectsBeforePushdown``
 ``write_begin``  ``options``, ``schema`` -> ``spec`` (StagedWriteProvider's ``txlog.*``
@@ -24,8 +25,7 @@ from dataclasses import asdict
 from types import SimpleNamespace
 from typing import Any
 
-from spark_ext import hadoop_conf, pushdown
-from spark_ext.jvm_scan import plan_lines
+from spark_ext import hadoop_conf, plan_file, pushdown
 from spark_ext.options import PLAN_LOCK, cached_log_for, parse_read_options
 from spark_ext.read_plan import cached_log, check_declared_schema, plan_batch, plan_shape
 from txlog import layout
@@ -67,6 +67,7 @@ def schema(req: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def scan(req: Mapping[str, Any]) -> dict[str, Any]:
+    plan_file.check_format(req)
     ro = parse_read_options(_options(req), streaming=False)
     log = cached_log(ro)
     bounds = pushdown.bounds_from_filters(req.get("filters") or [])
@@ -75,10 +76,10 @@ def scan(req: Mapping[str, Any]) -> dict[str, Any]:
         from pyspark.sql.types import StructType
 
         check_declared_schema(StructType.fromJson(json.loads(req["declared"])), plan.shape)
-    before = len({s.key for s in plan_batch(ro, log).slices}) if req.get("filters") else None
-    objects = len({s.key for s in plan.slices})
+    before = plan_batch(ro, log).arrays.objects() if req.get("filters") else None
+    objects = plan.arrays.objects()
     where = hadoop_conf.for_store(log.store)
-    return {"plan": plan_lines(plan, plan.groups(ro), where),
+    return {"planFile": plan_file.write(plan.arrays, plan.group_ids(ro), where),
             "schema": plan.shape.schema_json, "kafka": plan.shape.kafka_shaped,
             "failOnDataLoss": ro.fail_on_data_loss, "objects": objects,
             "objectsBeforePushdown": objects if before is None else before,

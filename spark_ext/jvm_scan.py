@@ -29,11 +29,11 @@ import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from spark_ext import hadoop_conf
-from spark_ext.hadoop_conf import HadoopLocation
-from spark_ext.read_plan import BatchPlan, FileSlice
+from spark_ext import hadoop_conf, plan_file
+from spark_ext.read_plan import BatchPlan
 
 if TYPE_CHECKING:
+    import numpy as np
     from pyspark.sql import DataFrame, SparkSession
 
     from txlog.storage import ObjectStore
@@ -193,24 +193,11 @@ def _loaded_build(jvm: Any) -> str | None:
         return None
 
 
-def plan_lines(plan: BatchPlan, groups: list[list[FileSlice]], where: HadoopLocation) -> str:
-    """The plan as the provider's ``txlog.plan`` option (see PlannedScanProvider), with
-    the objects' Hadoop URLs."""
-    lines = []
-    for g, group in enumerate(groups):
-        for s in group:
-            path = where.path(s.key)
-            if "\t" in path or "\n" in path or "\t" in s.topic or "\n" in s.topic:
-                raise JvmScanUnavailable(f"object {path!r} has a tab or newline in its name")
-            lines.append(f"{g}\t{path}\t{s.topic}\t{s.partition}\t{s.base_offset}\t{s.skip}\t"
-                         f"{s.take}\t{s.append_ms}\t{s.nbytes}\t{s.object_bytes}")
-    return "\n".join(lines)
-
-
 def plan_to_dataframe(spark: SparkSession, store: ObjectStore, plan: BatchPlan,
-                      groups: list[list[FileSlice]], *, fail_on_data_loss: bool = True,
+                      group_ids: np.ndarray, *, fail_on_data_loss: bool = True,
                       ) -> DataFrame:
-    """The planned slices as one DataFrame, read by the JVM scan."""
+    """The planned slices, in input partitions ``group_ids``, as one DataFrame read by
+    the JVM scan."""
     ensure_loaded(spark)
     shape = plan.shape
     batch = spark.conf.get("spark.sql.parquet.columnarReaderBatchSize", "4096")
@@ -219,7 +206,8 @@ def plan_to_dataframe(spark: SparkSession, store: ObjectStore, plan: BatchPlan,
               .option("txlog.kind", "kafka" if shape.kafka_shaped else "typed")
               .option("txlog.batchSize", str(batch))
               .option("txlog.failOnDataLoss", str(fail_on_data_loss).lower())
-              .option("txlog.plan", plan_lines(plan, groups, hadoop_conf.prepare(spark, store))))
+              .option("txlog.planFile", plan_file.write(plan.arrays, group_ids,
+                                                        hadoop_conf.prepare(spark, store))))
     return reader.load()
 
 

@@ -16,8 +16,12 @@ keeps in a checkpoint, so a query's checkpoint serves either path.  Requests:
 ``stream_latest``  ``options``, ``start``, ``maxRows`` (or null), ``target`` (or null)
                    -> ``offset`` (this micro-batch's end), ``latest`` (the LSOs now)
 ``stream_plan``    ``options``, ``start``, ``end`` -> the ``scan`` answer's fields
+``stream_write_check``  as ``stream_write_begin``, but nothing is begun: whether the JVM
+                        writer takes the query's rows (asked when Spark plans a micro-batch's
+                        write, which may never run)
 ``stream_write_begin``  as ``write_begin``, with the streaming write's options
 ``stream_write_commit`` ``staging``, ``staged``, ``queryId``, ``epoch`` -> committed
+``writes_open``         -> ``writes``: writes begun and not yet committed or aborted
 """
 
 from __future__ import annotations
@@ -26,8 +30,7 @@ import json
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from spark_ext import hadoop_conf
-from spark_ext.jvm_scan import plan_lines
+from spark_ext import hadoop_conf, plan_file
 from spark_ext.options import PLAN_LOCK, parse_read_options
 from spark_ext.read_plan import cached_log, check_declared_schema, plan_shape
 from txlog.errors import ConfigError
@@ -127,11 +130,12 @@ def stream_plan(req: Mapping[str, Any]) -> dict[str, Any]:
     start, end = _offsets(req, "start"), _offsets(req, "end")
     if start is None or end is None:
         raise ConfigError("a stream_plan request needs the micro-batch's start and end")
+    plan_file.check_format(req)
     with PLAN_LOCK:
-        groups = reader.plan_groups(start, end)
+        arrays, ids = reader.plan_arrays(start, end)
     where = hadoop_conf.for_store(reader.log.store)
-    objects = len({s.key for g in groups for s in g})
-    return {"plan": plan_lines(None, groups, where),  # type: ignore[arg-type]
+    objects = arrays.objects()
+    return {"planFile": plan_file.write(arrays, ids, where),
             "schema": reader.shape.schema_json, "kafka": reader.shape.kafka_shaped,
             "failOnDataLoss": reader.ro.fail_on_data_loss, "objects": objects,
             "objectsBeforePushdown": objects, "hadoopConf": where.conf}
@@ -141,6 +145,23 @@ def stream_write_begin(req: Mapping[str, Any]) -> dict[str, Any]:
     from spark_ext.jvm_plan import begin_write
 
     return begin_write(req, streaming=True)
+
+
+def stream_write_check(req: Mapping[str, Any]) -> dict[str, Any]:
+    """``stream_write_begin``'s answer, with the write it began forgotten at once: only a
+    micro-batch that runs begins one, and its commit or abort ends it."""
+    from spark_ext.jvm_plan import _WRITES, begin_write
+
+    answer = begin_write(req, streaming=True)
+    if "spec" in answer:
+        _WRITES.pop(answer["spec"]["txlog.staging"], None)
+    return answer
+
+
+def writes_open(req: Mapping[str, Any]) -> dict[str, Any]:
+    from spark_ext.jvm_plan import _WRITES
+
+    return {"writes": len(_WRITES)}
 
 
 def stream_write_commit(req: Mapping[str, Any]) -> dict[str, Any]:
@@ -163,6 +184,7 @@ def stream_write_commit(req: Mapping[str, Any]) -> dict[str, Any]:
 HANDLERS: dict[str, Callable[[Mapping[str, Any]], dict[str, Any]]] = {
     "stream_open": stream_open, "stream_initial": stream_initial,
     "stream_target": stream_target, "stream_latest": stream_latest,
-    "stream_plan": stream_plan, "stream_write_begin": stream_write_begin,
-    "stream_write_commit": stream_write_commit,
+    "stream_plan": stream_plan, "stream_write_check": stream_write_check,
+    "stream_write_begin": stream_write_begin, "stream_write_commit": stream_write_commit,
+    "writes_open": writes_open,
 }

@@ -92,14 +92,14 @@ def read(spark: SparkSession, path: str | None = None, options: dict[str, Any] |
     log = cached_log(ro)
     with PLAN_LOCK:
         plan = plan_batch(ro, log)
-    if plan.slices:
+    if len(plan.arrays):
         where = hadoop_conf.prepare(spark, log.store)
-        check_spark_can_open(spark, where.path(plan.slices[0].key))
-    if engine != "sql" and plan.slices:
+        check_spark_can_open(spark, where.path(plan.arrays.key[0].as_py()))
+    if engine != "sql" and len(plan.arrays):
         from spark_ext import jvm_scan
 
         try:
-            return jvm_scan.plan_to_dataframe(spark, log.store, plan, plan.groups(ro),
+            return jvm_scan.plan_to_dataframe(spark, log.store, plan, plan.group_ids(ro),
                                               fail_on_data_loss=ro.fail_on_data_loss)
         except jvm_scan.JvmScanUnavailable as exc:
             if engine == "jvm":

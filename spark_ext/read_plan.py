@@ -10,6 +10,8 @@ Parquet path (:mod:`spark_ext.native`) share it.
 
 from __future__ import annotations
 
+import functools
+import itertools
 import math
 import re
 from collections import Counter
@@ -17,8 +19,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+import numpy as np
 import pyarrow as pa
 
+from spark_ext import plan_arrays
 from spark_ext.options import (
     EARLIEST,
     LATEST,
@@ -28,6 +32,7 @@ from spark_ext.options import (
     ReadOptions,
     cached_log_for,
 )
+from spark_ext.plan_arrays import Slices
 from txlog.errors import OffsetOutOfRangeError, UnknownTopicError
 from txlog.partition_state import READ_COMMITTED, PartitionState
 from txlog.records import TopicPartition
@@ -348,7 +353,9 @@ def plan_slices(log: Log, states: Mapping[TopicPartition, PartitionState],
                 ranges: Mapping[TopicPartition, tuple[int, int]], isolation: str,
                 ) -> list[FileSlice]:
     """The committed (or, under read_uncommitted, all data) batch objects in each range,
-    trimmed to it: ``PartitionState.read_indices`` decides, this only repackages."""
+    trimmed to it: ``PartitionState.read_indices`` decides, this only repackages.  One
+    object per batch: planners use :func:`spark_ext.plan_arrays.partition_slices`, which
+    must return the same slices."""
     out: list[FileSlice] = []
     for tp, (start, end) in ranges.items():
         if end <= start:
@@ -427,11 +434,27 @@ def group_slices(slices: list[FileSlice], *, min_partitions: int | None,
 class BatchPlan:
     shape: OutputShape
     ranges: dict[TopicPartition, tuple[int, int]]
-    slices: list[FileSlice]
+    arrays: Slices
+
+    @functools.cached_property
+    def slices(self) -> list[FileSlice]:
+        """Every slice as a FileSlice (one Python object each: for small plans and tests)."""
+        return self.arrays.file_slices()
+
+    def group_ids(self, ro: ReadOptions) -> np.ndarray:
+        """Each slice's input partition (:func:`group_slices`, over arrays)."""
+        return plan_arrays.group_ids(self.arrays.nbytes, self.arrays.tp,
+                                     min_partitions=ro.min_partitions,
+                                     max_partition_bytes=ro.max_partition_bytes)
 
     def groups(self, ro: ReadOptions) -> list[list[FileSlice]]:
-        return group_slices(self.slices, min_partitions=ro.min_partitions,
-                            max_partition_bytes=ro.max_partition_bytes)
+        return split_groups(self.arrays, self.group_ids(ro))
+
+
+def split_groups(arrays: Slices, ids: np.ndarray) -> list[list[FileSlice]]:
+    """The slices, grouped by their (ascending) group ids, as FileSlice lists."""
+    cuts = [0, *(np.flatnonzero(np.diff(ids)) + 1).tolist(), len(ids)] if len(ids) else [0]
+    return [arrays.file_slices(a, b) for a, b in itertools.pairwise(cuts)]
 
 
 def plan_shape(log: Log, ro: ReadOptions) -> OutputShape:
@@ -472,14 +495,16 @@ def _plan_batch(ro: ReadOptions, log: Log, bounds: Bounds | None = None) -> Batc
         end = min(ends[tp], states[tp].end_offset(ro.isolation))
         ranges[tp] = check_range(tp, states[tp], starts[tp], end, ro.fail_on_data_loss)
     if bounds is None:
-        return BatchPlan(shape, ranges, plan_slices(log, states, ranges, ro.isolation))
+        return BatchPlan(shape, ranges, plan_arrays.partition_slices(states, ranges,
+                                                                     ro.isolation))
     from spark_ext import pushdown
 
     # Cut after the options' own ranges are checked: a filter never hides a bad option.
     cut = pushdown.restrict_ranges(ranges, bounds)
-    slices = pushdown.prune_by_timestamp(plan_slices(log, states, cut, ro.isolation), states,
-                                         bounds, kafka_shaped=shape.kafka_shaped)
-    return BatchPlan(shape, ranges, slices)
+    arrays = plan_arrays.prune_by_timestamp(
+        plan_arrays.partition_slices(states, cut, ro.isolation), bounds,
+        kafka_shaped=shape.kafka_shaped)
+    return BatchPlan(shape, ranges, arrays)
 
 
 # --- streaming offsets -------------------------------------------------------------------

@@ -15,6 +15,7 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
@@ -25,20 +26,20 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from spark_ext import plan_arrays
 from spark_ext.options import ReadOptions, check_query_kind
 from spark_ext.read_plan import (
     INITIAL_MARK,
     FileSlice,
     OutputShape,
     check_range,
-    group_slices,
     load_states,
     offsets_for_spec,
     offsets_from_json,
     offsets_to_json,
     plan_batch,
-    plan_slices,
     rate_limit,
+    split_groups,
     subscribed_partitions,
     subscribed_topics,
 )
@@ -316,6 +317,10 @@ class TxlogStreamReader(_ReaderBase, DataSourceStreamReader, SupportsTriggerAvai
 
     def plan_groups(self, start: dict, end: dict) -> list[list[FileSlice]]:
         """The slices from ``start`` to ``end``, grouped into Spark's input partitions."""
+        return split_groups(*self.plan_arrays(start, end))
+
+    def plan_arrays(self, start: dict, end: dict) -> tuple[plan_arrays.Slices, np.ndarray]:
+        """The slices from ``start`` to ``end`` and each one's input partition."""
         s_map = offsets_from_json(start)
         e_map = offsets_from_json(end)
         # The range ends at or below an LSO already seen, and the LSO never moves back:
@@ -327,9 +332,10 @@ class TxlogStreamReader(_ReaderBase, DataSourceStreamReader, SupportsTriggerAvai
             first = s_map.get(tp, st.log_start_offset)
             ranges[tp] = check_range(tp, st, first, stop, self.ro.fail_on_data_loss,
                                      streaming=True)
-        slices = plan_slices(self.log, states, ranges, self.ro.isolation)
-        return group_slices(slices, min_partitions=self.ro.min_partitions,
-                            max_partition_bytes=self.ro.max_partition_bytes)
+        arrays = plan_arrays.partition_slices(states, ranges, self.ro.isolation)
+        return arrays, plan_arrays.group_ids(
+            arrays.nbytes, arrays.tp, min_partitions=self.ro.min_partitions,
+            max_partition_bytes=self.ro.max_partition_bytes)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
         return self._read(partition)

@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from txlog.coordinator import max_transaction_timeout_ms as max_transaction_timeout
 from txlog.errors import (
     GroupIdNotFoundError,
     InvalidTxnStateError,
@@ -41,8 +42,6 @@ from txlog.txn_state import (
 if TYPE_CHECKING:
     from txlog.log import Log
 
-#: Kafka's default for ``kafka-transactions.sh find-hanging --max-transaction-timeout``.
-DEFAULT_MAX_TRANSACTION_TIMEOUT_MS = 15 * 60_000
 #: A state-log entry in Prepare* longer than this is reported as stuck (a live
 #: coordinator finishes the markers in well under a second).
 DEFAULT_PREPARE_GRACE_MS = 30_000
@@ -133,14 +132,16 @@ def _tps(txlog: Log, topics: Iterable[str] | None, partition: int | None,
 
 def find_hanging(txlog: Log, *, topics: Iterable[str] | None = None,
                  partition: int | None = None,
-                 max_transaction_timeout_ms: int = DEFAULT_MAX_TRANSACTION_TIMEOUT_MS,
+                 max_transaction_timeout_ms: int | None = None,
                  prepare_grace_ms: int = DEFAULT_PREPARE_GRACE_MS,
                  now: int | None = None) -> list[dict[str, Any]]:
     """Transactions that hold (or may hold) a partition's LSO and will not end by themselves
     soon.  Each result has a ``kind``:
 
     * ``hanging``: open on a partition and in the state log for longer than
-      ``max_transaction_timeout_ms``, or past its own ``transaction.timeout.ms``;
+      ``max_transaction_timeout_ms`` (default: the root's transaction.max.timeout.ms,
+      which no transaction's timeout may exceed), or past its own
+      ``transaction.timeout.ms``;
     * ``orphaned``: open on a partition, but the state log has no such transaction (the
       transactional.id moved on to another epoch, or never registered the partition), so
       no marker will ever come from its producer;
@@ -151,6 +152,8 @@ def find_hanging(txlog: Log, *, topics: Iterable[str] | None = None,
     Read-only: it writes nothing.  ``txlog transactions abort`` ends what it finds.
     """
     now = now_ms() if now is None else now
+    if max_transaction_timeout_ms is None:
+        max_transaction_timeout_ms = max_transaction_timeout(txlog)
     coord = txlog.coordinator
     records: dict[str, TxnRecord | None] = {}
     out: list[dict[str, Any]] = []

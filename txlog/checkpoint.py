@@ -17,6 +17,7 @@ import zlib
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from txlog.declared_size import check_declared_size, ipc_declared_size
 from txlog.errors import CorruptObjectError, RecordTooLargeError, UnsupportedFormatError
@@ -35,7 +36,8 @@ CHECKSUM_VERSION = 2
 _TRAILER = b"TXLCRC32"
 _TRAILER_LEN = len(_TRAILER) + 4
 
-_SCHEMA = pa.schema([
+#: The batch index's columns (:data:`txlog.partition_state.BATCH_COLUMNS`).
+BATCH_SCHEMA = pa.schema([
     ("base_offset", pa.int64()),
     ("count", pa.int64()),
     ("producer_id", pa.int64()),
@@ -67,8 +69,7 @@ def encode_checkpoint(state: PartitionState) -> bytes:
                       for pid, p in state.producers.items()],
         "aborted": [[a.producer_id, a.first_offset, a.last_offset] for a in state.aborted],
     }
-    table = pa.table([getattr(b, name) for name in _SCHEMA.names],
-                     schema=_SCHEMA.with_metadata({"txlog": json.dumps(meta)}))
+    table = b.arrow().replace_schema_metadata({"txlog": json.dumps(meta)})
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema,
                            options=pa.ipc.IpcWriteOptions(compression="zstd")) as w:
@@ -124,7 +125,7 @@ def decode_checkpoint(raw: bytes, where: str) -> PartitionState:
             f"checkpoint {where} has lost its checksum trailer (truncated or damaged); "
             "txlog falls back to an older checkpoint or the log itself")
     try:
-        if table.schema.remove_metadata() != _SCHEMA:
+        if table.schema.remove_metadata() != BATCH_SCHEMA:
             raise ValueError("unexpected columns")
         head = [meta[k] for k in ("next_slot", "high_watermark", "log_start_offset")]
         if any(type(v) is not int or v < 0 for v in head) or head[2] > head[1]:
@@ -136,10 +137,7 @@ def decode_checkpoint(raw: bytes, where: str) -> PartitionState:
             last_append_ms=int(meta["last_append_ms"]),
         )
         st.pending_deletes = [(int(d), str(k)) for d, k in meta["pending_deletes"]]
-        cols = BatchColumns()
-        for name in _SCHEMA.names:
-            setattr(cols, name, table.column(name).to_pylist())
-        st.batches = cols
+        st.batches = BatchColumns.from_arrow(_checked_batches(table, where))
         for pid, epoch, first, txn_id, batches, first_ms in meta["open_txns"]:
             st.open_txns[(pid, epoch)] = OpenTxn(pid, epoch, first, txn_id, list(batches),
                                                  first_ms)
@@ -151,13 +149,14 @@ def decode_checkpoint(raw: bytes, where: str) -> PartitionState:
         st.aborted = [AbortedTxn(*a) for a in meta["aborted"]]
     except (KeyError, TypeError, ValueError, OverflowError) as exc:
         raise CorruptObjectError(f"checkpoint {where} has invalid contents ({exc})") from None
-    if len(st.batches.data) and any(x is None for x in st.batches.base_offset):
-        raise CorruptObjectError(f"checkpoint {where} has null offsets")
-    b = st.batches
-    if OPEN in b.status:  # (a scan in C: few batches are open, most often none)
-        for off, pid, epoch, status in zip(b.base_offset, b.producer_id, b.epoch, b.status,
-                                           strict=True):
-            if status == OPEN and (pid, epoch) not in st.open_txns:
+    b = st.batches.arrow()
+    is_open = pc.equal(b.column("status"), OPEN)
+    if pc.any(is_open).as_py():  # few batches are open, most often none
+        opened = b.filter(is_open)
+        for off, pid, epoch in zip(opened.column("base_offset").to_pylist(),
+                                   opened.column("producer_id").to_pylist(),
+                                   opened.column("epoch").to_pylist(), strict=True):
+            if (pid, epoch) not in st.open_txns:
                 # txlog 0.1 left such a batch after a batch of no records at its offset;
                 # replaying the log gives it its transaction's outcome.
                 raise CorruptObjectError(
@@ -165,3 +164,22 @@ def decode_checkpoint(raw: bytes, where: str) -> PartitionState:
                     "any open transaction; txlog falls back to an older checkpoint or the "
                     "log itself")
     return st
+
+
+def _checked_batches(table: pa.Table, where: str) -> pa.Table:
+    """The batch columns, refused when a value is missing (only a batch's transactional id
+    may be) or the offsets do not ascend."""
+    nulls = [name for name in BATCH_SCHEMA.names
+             if name != "txn_id" and table.column(name).null_count]
+    if nulls:
+        raise CorruptObjectError(f"checkpoint {where} has null values in {nulls}")
+    table = table.replace_schema_metadata(None)
+    bases = table.column("base_offset").to_numpy()
+    counts = table.column("count").to_numpy()
+    # Dense offsets: each batch starts at or after the previous one's end (a batch of no
+    # records starts where the next one does).
+    if len(bases) and ((counts < 0).any() or (bases[1:] < bases[:-1] + counts[:-1]).any()):
+        raise CorruptObjectError(f"checkpoint {where} has batches whose offsets overlap or "
+                                 "go backwards; txlog falls back to an older checkpoint or "
+                                 "the log itself")
+    return table

@@ -19,7 +19,7 @@ from txlog.errors import CorruptObjectError
 _TAG = re.compile(r"\.crc32-([0-9a-f]{8})\.[a-z]+$")
 
 
-def tag(data: bytes) -> str:
+def tag(data: bytes | memoryview) -> str:
     """The part of a new object's name that carries the checksum of ``data``."""
     return f".crc32-{zlib.crc32(data):08x}"
 

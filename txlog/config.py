@@ -43,6 +43,11 @@ DEFAULTS: dict[str, tuple[Any, type, str]] = {
                                            "markers append them (format version 3: set "
                                            "false while txlog before 0.3 still reads the "
                                            "topics)"),
+    "inline.batch.bytes": (16_384, int, "producer: a log entry carries a copy of each batch "
+                                        "object it appends up to this size (at most 65536 "
+                                        "in all), so that readers following the log need "
+                                        "not fetch it (format version 4: 0 while txlog "
+                                        "before 0.4 still reads the topics)"),
     "checkpoint.interval.batches": (1000, int, "write a partition checkpoint every N batches"),
     "retention.ms": (-1, int, "delete batches older than this (-1: keep forever)"),
     "retention.bytes": (-1, int, "delete oldest batches beyond this size (-1: no limit)"),
@@ -84,6 +89,7 @@ RANGES: dict[str, tuple[int, int]] = {
     "linger.ms": (0, _INT32),
     "buffer.memory": (1, _INT64),
     "retries": (0, _INT32),
+    "inline.batch.bytes": (0, 65_536),
     "checkpoint.interval.batches": (1, _INT32),
     "retention.ms": (-1, _INT64),
     "retention.bytes": (-1, _INT64),
@@ -102,7 +108,7 @@ RANGES: dict[str, tuple[int, int]] = {
 MAX_CONF_BYTES = 1 << 20
 # TXLOG_* variables that are not configuration keys.
 NON_CONFIG_ENV = frozenset({"TXLOG_CONF", "TXLOG_ROOT", "TXLOG_STORAGE_OPTIONS", "TXLOG_DEBUG",
-                            "TXLOG_CRASH_AT", "TXLOG_CACHE_DIR", "TXLOG_JARS_DIR",
+                            "TXLOG_CRASH_AT", "TXLOG_STOP_AT", "TXLOG_CACHE_DIR", "TXLOG_JARS_DIR",
                             "TXLOG_BENCH_TMP"})
 TOPIC_KEYS = frozenset({"retention.ms", "retention.bytes", "segment.bytes",
                         "checkpoint.interval.batches", "file.delete.delay.ms"})

@@ -59,6 +59,18 @@ def _stored_bytes(st: PartitionState, span: ReadSpan) -> int:
     return b.nbytes[i] * span.take // b.count[i]
 
 
+def _decoded_bytes(tables: list[pa.Table]) -> int:
+    """The bytes of the decoded objects ``tables`` are slices of (each counted once)."""
+    seen: dict[int, int] = {}
+    for t in tables:
+        for col in t.columns:
+            for chunk in col.chunks:
+                for buf in chunk.buffers():
+                    if buf is not None:
+                        seen[buf.address] = max(seen.get(buf.address, 0), buf.size)
+    return sum(seen.values())
+
+
 class Consumer:
     def __init__(self, txlog: Log, *, group_id: str | None = None,
                  isolation_level: str = READ_COMMITTED, auto_offset_reset: str = "latest",
@@ -258,12 +270,23 @@ class Consumer:
         budget = self.max_poll_records if max_records is None else max_records
         deadline = time.monotonic() + timeout_ms / 1000
         delay = 0.01
+        slots = self._next_slots()
         while True:
             got = self._fetch_once(budget)
             if got or time.monotonic() >= deadline:
                 return got
+            if (now := self._next_slots()) != slots:
+                # New entries, nothing readable yet (a transaction began here, or its
+                # commit is on its way): its marker is due within a request or two, so
+                # look again soon, not after the backoff an idle log built up.
+                slots, delay = now, 0.01
             time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
             delay = min(delay * 2, 0.2)
+
+    def _next_slots(self) -> list[int]:
+        """The next slot of each assigned partition as cached (no request)."""
+        return [st.next_slot if (st := self.log.partition_log(tp).state) is not None else -1
+                for tp in self._assignment]
 
     def _fetch_once(self, budget: int) -> list[Any]:
         out: list[Any] = []
@@ -272,8 +295,11 @@ class Consumer:
         moved: dict[TopicPartition, int] = {}
         n = len(self._assignment)
         room = self.fetch_max_bytes
+        # The same limit on the decoded tables: records that compress well decode to
+        # many times their stored size (at least one object is decoded per poll).
+        decoded_room = self.fetch_max_bytes
         for i in range(n):
-            if budget <= 0 or room <= 0:
+            if budget <= 0 or room <= 0 or decoded_room <= 0:
                 break
             tp = self._assignment[(self._next + i) % n]
             if tp in self._paused:
@@ -307,8 +333,14 @@ class Consumer:
                 size += nbytes
             if not take:
                 break
+            tables = plog.read_spans(take, max_decoded=min(decoded_room,
+                                                           self.max_partition_fetch_bytes))
+            if len(tables) < len(take):
+                take = take[:len(tables)]
+                total = sum(s.take for s in take)
+                size = sum(_stored_bytes(st, s) for s in take)
             room -= size
-            tables = plog.read_spans(take)
+            decoded_room -= _decoded_bytes(tables)
             kafka = self.log.topic(tp.topic).kafka_shaped
             meta, row = [], 0
             pieces, offsets = [], []
@@ -370,10 +402,16 @@ class Consumer:
             try:
                 return read_committed_offsets(self.log, self.group_id, tps,
                                               require_stable=True)
-            except UnstableOffsetCommitError:
+            except UnstableOffsetCommitError as exc:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise
+                if self.log.coordinator.clock.writes_refused:
+                    # Only a writer can settle an expired or decided transaction.
+                    raise UnstableOffsetCommitError(
+                        f"{exc}; this client cannot write to {self.log.url} (read-only "
+                        "access), so it cannot settle that transaction: call again later, "
+                        "or run `txlog maintain` with write access") from None
                 time.sleep(min(delay, left))
                 delay = min(delay * 2, 0.5)
 

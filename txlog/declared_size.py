@@ -9,9 +9,11 @@ decompressed.
 from __future__ import annotations
 
 import struct
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from txlog.errors import RecordTooLargeError
 
@@ -22,12 +24,17 @@ MAX_DECODED_RATIO = 64
 DEFAULT_FETCH_MAX_BYTES = 52_428_800
 
 
+def decoded_limit(stored: int, fetch_max_bytes: int) -> int:
+    """The most bytes an object of ``stored`` bytes may decode into."""
+    return max(fetch_max_bytes, MAX_DECODED_RATIO * stored)
+
+
 def check_declared_size(declared: int, stored: int, where: str, *,
                         fetch_max_bytes: int = DEFAULT_FETCH_MAX_BYTES,
                         what: str = "batch object") -> None:
     """Refuse to decode an object whose header declares more decoded bytes than both
     ``fetch_max_bytes`` and MAX_DECODED_RATIO times its stored size."""
-    if declared > max(fetch_max_bytes, MAX_DECODED_RATIO * stored):
+    if declared > decoded_limit(stored, fetch_max_bytes):
         raise RecordTooLargeError(
             f"{what} {where} declares {declared} bytes decoded from {stored} stored, "
             f"more than fetch.max.bytes ({fetch_max_bytes}) and {MAX_DECODED_RATIO} times "
@@ -88,24 +95,103 @@ def parquet_declared_size(raw: bytes, meta: Any) -> int:
     footer says and the sum of its page headers' uncompressed sizes (each page is
     decompressed into a buffer of its header's size, whatever the footer says)."""
     footer: int = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
-    pages = 0
+    pages = sum(size for i in range(meta.num_row_groups)
+                for j in range(meta.row_group(i).num_columns)
+                for _, size in _page_sizes(raw, meta.row_group(i).column(j)))
+    return max(footer, pages)
+
+
+#: Decoded bytes per value of each Parquet physical type (BYTE_ARRAY: its offset; its
+#: bytes are counted from its pages or its dictionary).
+_VALUE_BYTES = {"BOOLEAN": 1, "INT32": 4, "FLOAT": 4, "INT64": 8, "DOUBLE": 8, "INT96": 12,
+                "BYTE_ARRAY": 4}
+_DICTIONARY_PAGE = 2
+
+
+@dataclass(frozen=True)
+class ExpansionBound:
+    """What a Parquet file's metadata and page headers bound its decoded size by."""
+
+    #: Bytes its values take whatever they hold (offsets and fixed-width values).
+    fixed: int
+    #: An upper bound of the whole decoded size: a dictionary-encoded value may be any
+    #: entry of its dictionary, so each counts as large as the dictionary page.
+    potential: int
+    #: Paths of the dictionary-encoded byte-array columns (read as dictionaries, they
+    #: decode without expanding).
+    dictionary_columns: tuple[str, ...]
+    #: What parquet_declared_size() says (from the same page headers).
+    declared: int
+
+
+def parquet_expansion_bound(raw: bytes, meta: Any, schema: Any) -> ExpansionBound:
+    """Bound what decoding ``raw`` (footer ``meta``, Parquet ``schema``) allocates, from
+    its metadata and page headers only: run-length and dictionary encoding let a few
+    bytes of pages stand for any number of values, each as large as a dictionary entry."""
+    fixed = potential = page_total = 0
+    dictionary: list[str] = []
     for i in range(meta.num_row_groups):
         rg = meta.row_group(i)
         for j in range(rg.num_columns):
             c = rg.column(j)
-            start = c.data_page_offset
-            if c.dictionary_page_offset and 0 < c.dictionary_page_offset < start:
-                start = c.dictionary_page_offset
-            end = start + c.total_compressed_size
-            pos = start
-            while pos < end:
-                sizes, pos = _thrift_struct(raw, pos, 0, want=(2, 3))
-                uncompressed, compressed = sizes[2], sizes[3]
-                if uncompressed < 0 or compressed < 0:
-                    raise ValueError("a page header with a negative size")
-                pages += uncompressed
-                pos += compressed
-    return max(footer, pages)
+            width = _VALUE_BYTES.get(c.physical_type)
+            if width is None:  # FIXED_LEN_BYTE_ARRAY
+                width = max(0, int(schema.column(j).length or 0))
+            values = max(0, int(c.num_values))
+            fixed += values * width
+            pages = _page_sizes(raw, c)
+            dict_page = pages[0][1] if pages and pages[0][0] == _DICTIONARY_PAGE else None
+            page_total += sum(size for _, size in pages)
+            potential += values * width + sum(size for _, size in pages)
+            if dict_page is not None and c.physical_type in ("BYTE_ARRAY",
+                                                             "FIXED_LEN_BYTE_ARRAY"):
+                potential += values * dict_page
+                if c.physical_type == "BYTE_ARRAY":
+                    dictionary.append(c.path_in_schema)
+    footer = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+    return ExpansionBound(fixed, potential, tuple(dict.fromkeys(dictionary)),
+                          max(footer, page_total))
+
+
+def _page_sizes(raw: bytes, c: Any) -> list[tuple[int, int]]:
+    """(page type, uncompressed size) of each page of column chunk ``c``."""
+    start = c.data_page_offset
+    if c.dictionary_page_offset and 0 < c.dictionary_page_offset < start:
+        start = c.dictionary_page_offset
+    end = start + c.total_compressed_size
+    out = []
+    pos = start
+    while pos < end:
+        fields, pos = _thrift_struct(raw, pos, 0, want=(1, 2, 3))
+        if fields[2] < 0 or fields[3] < 0:
+            raise ValueError("a page header with a negative size")
+        out.append((fields[1], fields[2]))
+        pos += fields[3]
+    return out
+
+
+def decoded_size(table: pa.Table) -> int:
+    """The bytes ``table`` takes once its dictionary columns are expanded into plain
+    values, computed without expanding them."""
+    return sum(_expanded(chunk) for col in table.columns for chunk in col.chunks)
+
+
+def _expanded(arr: pa.Array) -> int:
+    t = arr.type
+    if pa.types.is_dictionary(t):
+        if not (pa.types.is_binary(t.value_type) or pa.types.is_string(t.value_type)
+                or pa.types.is_large_binary(t.value_type)
+                or pa.types.is_large_string(t.value_type)):
+            return int(arr.nbytes)
+        lengths = pc.binary_length(arr.dictionary)
+        total = pc.sum(pc.take(lengths, arr.indices)).as_py() or 0
+        return int(total) + 5 * len(arr)  # (offsets and validity)
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_map(t):
+        own = int(arr.offsets.nbytes) + len(arr)
+        return own + _expanded(arr.values)
+    if pa.types.is_struct(t):
+        return len(arr) + sum(_expanded(arr.field(k)) for k in range(t.num_fields))
+    return int(arr.nbytes)
 
 
 # Thrift's compact protocol, as far as reading a PageHeader needs: every field is skipped

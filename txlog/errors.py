@@ -67,6 +67,11 @@ class RootNotFoundError(TxlogError):
     only when writing to it)."""
 
 
+class BucketNotFoundError(RootNotFoundError):
+    """The bucket or container a remote root's URL names does not exist (a mistyped
+    name would otherwise read as an empty root, or a server might create it)."""
+
+
 class InvalidTopicError(TxlogError, ValueError):
     """The operation is not allowed on this topic (for example, a client creating,
     deleting or producing plain records to an internal topic)."""

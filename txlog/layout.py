@@ -51,7 +51,12 @@ def owns(topic: str, partition: int, key: str) -> bool:
     it nor maintenance deletes it because an entry says so."""
     if ".." in key.split("/") or "\\" in key or "\x00" in key:
         return False
-    return key.startswith((data_prefix(topic, partition), f"topics/{topic}/_staging/"))
+    return key.startswith((data_prefix(topic, partition), staging_prefix_of(topic)))
+
+
+def staging_prefix_of(topic: str) -> str:
+    """Where every staged write of ``topic`` (Spark's) keeps its objects."""
+    return f"topics/{topic}/_staging/"
 
 
 def topic_root(topic: str) -> str:
@@ -74,6 +79,8 @@ TXN_PREFIX = "_txn/"
 ROOT_SETTINGS_KEY = "_meta/root.json"
 #: Where a remote store keeps its verdict on the backend's atomic create (atomic_check.py).
 ATOMIC_CREATE_VERDICT_PREFIX = "_meta/atomic-create/"
+#: A folder no object is ever written to: listing it checks that the bucket exists.
+BUCKET_CHECK_PREFIX = "_meta/bucket-check/"
 #: Objects the store-clock measurement writes and deletes (store_clock.py).
 CLOCK_PROBE_PREFIX = "_txn/clock/"
 

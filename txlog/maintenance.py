@@ -96,7 +96,7 @@ def apply_retention(txlog: Log, tp: TopicPartition, now: int | None = None) -> i
     if new_start <= st.log_start_offset:
         return None
     plog.append(AppendSpec(kind=RETENTION, count=0, log_start_offset=new_start,
-                           extra={"delete_delay_ms": _delay(txlog, tp)}))
+                           extra=_delete_times(txlog, tp)))
     return new_start
 
 
@@ -109,7 +109,13 @@ def expire_producers(st: PartitionState, expiration_ms: int, now: int) -> Partit
     """Pure: ``st`` without the sequence state of producers that wrote nothing here for
     ``expiration_ms`` and have no transaction open here (Kafka's producer.id.expiration.ms,
     KIP-854), for the checkpoint: it would otherwise keep every producer id ever seen.
-    A producer that comes back is told its id is unknown and starts afresh."""
+    A producer that comes back is told its id is unknown and starts afresh.
+
+    The fence epochs stay: a zombie of an ended epoch (or a client rolling a decided
+    commit forward long after) is refused only by them, however long it slept.  They
+    are one pair of integers per transactional producer id that ever ended a
+    transaction here, and a transactional producer id changes only when its
+    transactional.id expires or its epochs run out."""
     if expiration_ms < 0:
         return st
     busy = {pid for pid, _ in st.open_txns}
@@ -117,8 +123,7 @@ def expire_producers(st: PartitionState, expiration_ms: int, now: int) -> Partit
             if pid not in busy and p.last_ms < now - expiration_ms}
     if not gone:
         return st
-    return replace(st, producers={k: v for k, v in st.producers.items() if k not in gone},
-                   fence_epoch={k: v for k, v in st.fence_epoch.items() if k not in gone})
+    return replace(st, producers={k: v for k, v in st.producers.items() if k not in gone})
 
 
 def plan_compaction(st: PartitionState, segment_bytes: int) -> list[tuple[int, int]]:
@@ -200,7 +205,7 @@ def compact_partition(txlog: Log, tp: TopicPartition, report: PartitionReport | 
             key, nbytes = "", 0
         plog.append(AppendSpec(kind=COMPACT, count=0, extra={
             "start": start, "end": end, "replaces": replaces, "segment": key,
-            "nbytes": nbytes, "runs": runs, "delete_delay_ms": _delay(txlog, tp)}))
+            "nbytes": nbytes, "runs": runs, **_delete_times(txlog, tp)}))
         st = plog.state or st
         applied = key == "" or key in st.batches.data
         if applied:
@@ -213,11 +218,29 @@ def compact_partition(txlog: Log, tp: TopicPartition, report: PartitionReport | 
     return report
 
 
+def store_now_ms(txlog: Log) -> int:
+    """The time deletions are due and purged by: the store's (a lower bound of it), so
+    that no client's wall clock decides when an object a reader may still need is
+    deleted; the wall clock where the store keeps no times."""
+    store_now = txlog.coordinator.clock.now_ms()
+    return store_now if store_now is not None else now_ms()
+
+
+def _delete_times(txlog: Log, tp: TopicPartition) -> dict[str, int]:
+    """The ``extra`` of an entry that drops objects: their deletion delay, and when they
+    are due on the store's clock."""
+    delay = _delay(txlog, tp)
+    return {"delete_delay_ms": delay, "delete_due_ms": store_now_ms(txlog) + delay}
+
+
 def purge(txlog: Log, tp: TopicPartition, now: int | None = None) -> int:
-    """Delete objects whose deletion delay has passed, then record it in the log."""
+    """Delete objects whose deletion delay has passed (on the store's clock), then record
+    it in the log.  ``now`` (a test's or an operator's choice) replaces the store's time."""
     plog = txlog.partition_log(tp)
     st = plog.refresh()
-    now = now if now is not None else now_ms()
+    if not st.pending_deletes:
+        return 0
+    now = now if now is not None else store_now_ms(txlog)
     due = [(d, k) for d, k in st.pending_deletes if d <= now]
     if not due:
         return 0

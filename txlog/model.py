@@ -11,15 +11,17 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from txlog import checksums
 from txlog.errors import CorruptObjectError, UnsupportedFormatError
 from txlog.unique import unique
 
 #: The newest entry format this txlog reads.  Version 2 adds DATA entries of several batch
 #: objects (``extra["parts"]``, see PARTS), version 3 BEGIN entries and COMMIT markers
-#: that carry their transaction's last batch objects (see MARKER_PARTS_VERSION); every other
+#: that carry their transaction's last batch objects (see MARKER_PARTS_VERSION), version 4
+#: entries that carry copies of small batch objects (see INLINE_VERSION); every other
 #: entry is still written as version 1, so older readers keep reading logs that hold none
 #: (and refuse those that do, instead of misreading them).
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 PARTS_VERSION = 2
 #: A COMMIT marker with ``extra["parts"]``: the batch objects its transaction's
 #: PrepareCommit named but no entry appended yet (txn_state.TxnRecord.pending), appended
@@ -35,6 +37,14 @@ MARKER_PARTS_VERSION = 3
 #: first key and its count, nbytes and timestamps cover them all.  One put-if-absent then
 #: appends every object a producer wrote meanwhile, instead of one each.
 PARTS = "parts"
+#: A DATA entry or a COMMIT marker with ``inline``: ``{key: base64}``, a copy of some of
+#: the batch objects it appends (each named by the entry, with a checksum in its key).  A
+#: reader that reads the entry then has their bytes without a request of its own; the
+#: objects are written first all the same, and everything else (checkpoints, compaction,
+#: Spark) reads them.
+INLINE_VERSION = 4
+#: The most object bytes one entry carries inline (a reader refuses more as corrupt).
+INLINE_MAX_BYTES = 65_536
 
 # Entry kinds.
 DATA = "data"
@@ -75,6 +85,7 @@ class Entry:
     log_start_offset: int | None = None  # RETENTION only
     extra: dict[str, Any] | None = None  # kind-specific payload (COMPACT, PURGE, RETENTION)
     token: str = field(default_factory=new_token)
+    inline: dict[str, str] | None = None  # DATA, COMMIT: object key -> base64 (INLINE_VERSION)
 
     @property
     def last_offset(self) -> int:
@@ -84,13 +95,28 @@ class Entry:
     def end_offset(self) -> int:
         return self.base_offset + self.count
 
+    @property
+    def delete_due_ms(self) -> int:
+        """When the objects a RETENTION or COMPACT entry drops may be deleted: the store's
+        time its writer stamped (``delete_due_ms``), else its own append time plus the
+        delay (entries of writers that stamped none, whose wall clock then decides)."""
+        x = self.extra or {}
+        due = x.get("delete_due_ms")
+        if type(due) is int and due >= 0:
+            return due
+        return self.append_ms + int(x.get("delete_delay_ms", 0))
+
     def encode(self) -> bytes:
         # A shallow dict, not asdict(): asdict deep-copies every value, and this runs for
         # every appended batch.  json.dumps copies nothing anyway.
         d = {f: getattr(self, f) for f in _FIELD_NAMES}
-        d["v"] = MARKER_PARTS_VERSION if self.kind == BEGIN else 1 if self.extra is None \
-            else PARTS_VERSION if self.kind == DATA else \
-            MARKER_PARTS_VERSION if self.kind == COMMIT else 1
+        if self.inline is None:
+            del d["inline"]  # (older versions have no such field)
+            d["v"] = MARKER_PARTS_VERSION if self.kind == BEGIN else 1 if self.extra is None \
+                else PARTS_VERSION if self.kind == DATA else \
+                MARKER_PARTS_VERSION if self.kind == COMMIT else 1
+        else:
+            d["v"] = INLINE_VERSION
         return json.dumps(d, separators=(",", ":"), sort_keys=True).encode()
 
 
@@ -137,6 +163,7 @@ def decode_entry(raw: bytes, where: str) -> Entry:
         or (e.kind == DATA and e.extra is not None and not _valid_parts(e))
         or (e.kind == COMMIT and e.extra is not None and not _valid_parts(e, markers=1))
         or (e.kind == BEGIN and (e.count != 0 or e.producer_id < 0 or not e.transactional))
+        or (e.inline is not None and (v < INLINE_VERSION or not _valid_inline(e)))
     ):
         raise CorruptObjectError(f"log entry {where} has invalid field values")
     return e
@@ -182,6 +209,32 @@ def _valid_parts(e: Entry, markers: int = 0) -> bool:
                 and all(type(v) is int for v in p[1:]) and p[1] > 0 and p[2] >= 0):
             return False
     return bool(parts[0][0] == e.data and sum(p[1] for p in parts) + markers == e.count)
+
+
+def _object_sizes(e: Entry) -> dict[str, int]:
+    """The stored size of each batch object ``e`` appends."""
+    parts = e.extra.get(PARTS) if e.extra is not None else None
+    if isinstance(parts, list):
+        return {p[0]: p[2] for p in parts}
+    return {e.data: e.nbytes} if e.data else {}
+
+
+def _valid_inline(e: Entry) -> bool:
+    """An entry's inline copies: of objects it appends whose keys carry a checksum (the
+    bytes are checked against it when read), each of its part's size once decoded, and
+    no more than INLINE_MAX_BYTES in all.  The base64 itself is checked when read."""
+    x = e.inline
+    if e.kind not in (DATA, COMMIT) or not isinstance(x, dict) or not x:
+        return False
+    sizes = _object_sizes(e)
+    total = 0
+    for key, text in x.items():
+        size = sizes.get(key)
+        if size is None or checksums.expected(key) is None or not isinstance(text, str) \
+                or len(text) != 4 * ((size + 2) // 3):
+            return False
+        total += size
+    return total <= INLINE_MAX_BYTES
 
 
 def _valid_compaction(x: Any) -> bool:

@@ -7,29 +7,41 @@ its cached state and succeeds with one request; on contention it reads the new t
 
 from __future__ import annotations
 
+import base64
 import logging
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from txlog import checksums, completions, layout
+from txlog import arrow_memory, checksums, completions, inline_copies, layout
 from txlog.checkpoint import decode_checkpoint, encode_checkpoint
 from txlog.declared_size import (
     DEFAULT_FETCH_MAX_BYTES,
+    MAX_DECODED_RATIO,
     check_declared_size,
-    parquet_declared_size,
+    decoded_limit,
+    decoded_size,
+    parquet_expansion_bound,
 )
-from txlog.errors import CorruptObjectError, ObjectNotFoundError, ProducerFencedError
+from txlog.errors import (
+    CorruptObjectError,
+    ObjectNotFoundError,
+    ProducerFencedError,
+    RecordTooLargeError,
+)
 from txlog.fanout import fan_out
 from txlog.model import (
     BEGIN,
     COMMIT,
     CONTROL_KINDS,
     DATA,
+    INLINE_MAX_BYTES,
     PARTS,
     Entry,
     decode_entry,
@@ -95,6 +107,29 @@ class AppendSpec:
     #: (key, count, nbytes, ts_min, ts_max, untimed), as the single-object fields are;
     #: ``data``, ``count``, ``nbytes`` and the timestamps are then taken from them.
     parts: list[Part] | None = None
+    #: The bytes of objects this entry appends, to carry in it (model.INLINE_VERSION): those
+    #: that fit INLINE_MAX_BYTES in all are copied into the entry.
+    inline: dict[str, bytes] | None = None
+
+
+def _inline_copies(spec: AppendSpec) -> dict[str, str] | None:
+    """The entry's inline copies (key -> base64) of the objects ``spec`` appends, in
+    their order while they fit INLINE_MAX_BYTES; only objects whose key names a checksum,
+    which a reader checks the copy against."""
+    if not spec.inline or spec.kind not in (DATA, COMMIT):
+        return None
+    sizes = {p[0]: p[2] for p in spec.parts} if spec.parts is not None else \
+        {spec.data: spec.nbytes} if spec.data else {}
+    out: dict[str, str] = {}
+    total = 0
+    for key, size in sizes.items():
+        data = spec.inline.get(key)
+        if data is None or len(data) != size or checksums.expected(key) is None \
+                or total + size > INLINE_MAX_BYTES:
+            continue
+        out[key] = base64.b64encode(data).decode("ascii")
+        total += size
+    return out or None
 
 
 #: Slots a refresh reads by name before it lists the tail (see PartitionLog._probe_tail):
@@ -196,6 +231,8 @@ class PartitionLog:
             self._check_owned(named_objects(e), f"log entry {k}")
             st.apply(e)
             applied += 1
+            if e.inline:  # a reader that keeps up reads these records next
+                inline_copies.keep(self.store.identity, e.inline)
         return applied
 
     def current(self) -> PartitionState:
@@ -207,8 +244,9 @@ class PartitionLog:
         for key in reversed(keys):
             try:
                 st = decode_checkpoint(self.store.get(key), key)
-                self._check_owned(set(st.batches.data) | {k for _, k in st.pending_deletes},
-                                  f"checkpoint {key}")
+                self._check_owned_column(st.batches.arrow().column("data"),
+                                         f"checkpoint {key}")
+                self._check_owned({k for _, k in st.pending_deletes}, f"checkpoint {key}")
                 return st
             except ObjectNotFoundError:
                 continue  # deleted by a newer checkpoint's cleanup
@@ -253,14 +291,44 @@ class PartitionLog:
                     "name its own partition's objects. It is corrupt, or was written by "
                     "someone who should not write to this root: remove it")
 
+    def _check_owned_column(self, keys: pa.ChunkedArray, what: str) -> None:
+        """:meth:`_check_owned` for a column of keys, with array operations (a checkpoint
+        names up to millions of objects); keys that may not pass get the exact check."""
+        data = layout.data_prefix(self.topic, self.partition)
+        if not pc.all(pc.starts_with(keys, data)).as_py():
+            ok = pc.or_(pc.equal(keys, ""), pc.or_(
+                pc.starts_with(keys, data),
+                pc.starts_with(keys, layout.staging_prefix_of(self.topic))))
+            self._check_owned(keys.filter(pc.invert(ok)).to_pylist(), what)
+        for chunk in keys.chunks:
+            if _suspicious_bytes(chunk):
+                odd = pc.or_(pc.match_substring(chunk, ".."), pc.or_(
+                    pc.match_substring(chunk, "\\"), pc.match_substring(chunk, "\x00")))
+                self._check_owned(chunk.filter(odd).to_pylist(), what)
+
     # -- appending -----------------------------------------------------------------------
 
     def write_data(self, table: pa.Table) -> tuple[str, int]:
         """Write a batch object under a unique name (plain put; not yet part of the log)."""
-        data = encode_parquet(table)
+        key, size, _ = self.write_object(table)
+        return key, size
+
+    def write_object(self, table: pa.Table, *, copy_up_to: int = 0,
+                     ) -> tuple[str, int, bytes | None]:
+        """write_data(), also returning a copy of the object's bytes when it is at most
+        ``copy_up_to`` bytes (a log entry may carry it); larger objects are let go at once."""
+        buf = encode_parquet_buffer(table)
+        data: bytes | memoryview = (memoryview(buf) if self.store.writes_buffers
+                                    else buf.to_pybytes())
+        del buf
         key = layout.data_key(self.topic, self.partition, unique() + checksums.tag(data))
-        self.store.put_new(key, data)
-        return key, len(data)
+        try:
+            self.store.put_new(key, data)
+            size = len(data)
+            return key, size, (bytes(data) if size <= copy_up_to else None)
+        finally:
+            del data
+            arrow_memory.release()
 
     def append(self, spec: AppendSpec) -> AppendResult:
         """Claim the next slot for ``spec``; returns the batch's base offset.
@@ -292,6 +360,7 @@ class PartitionLog:
             # (a marker's own offset comes last)
             spec.count = sum(p[1] for p in spec.parts) + (1 if marker_parts else 0)
             spec.nbytes = sum(p[2] for p in spec.parts)
+        inline = _inline_copies(spec)
         st = self.current()
         while True:
             if spec.kind == DATA:
@@ -329,7 +398,7 @@ class PartitionLog:
                 base_sequence=spec.base_sequence, transactional=spec.transactional,
                 txn_id=spec.txn_id, data=spec.data, nbytes=spec.nbytes, ts_min=ts_min,
                 ts_max=ts_max, append_ms=append_ms, log_start_offset=spec.log_start_offset,
-                extra=extra,
+                extra=extra, inline=inline,
             )
             key = layout.entry_key(self.topic, self.partition, entry.slot)
             if self.store.put_if_absent(key, entry.encode()):
@@ -365,23 +434,49 @@ class PartitionLog:
     # -- reading -------------------------------------------------------------------------
 
     def read_spans(self, spans: Sequence[ReadSpan], columns: Sequence[str] | None = None,
-                   ) -> list[pa.Table]:
+                   *, max_decoded: int | None = None) -> list[pa.Table]:
         """The rows of each span, trimmed to its offsets, in order.  Each object is read
-        once even when several spans (runs of a compacted segment) point into it."""
+        once even when several spans (runs of a compacted segment) point into it.
+
+        ``max_decoded``: decode objects in order only until their decoded tables hold
+        that many bytes (at least one object), and return the tables of the spans read
+        so far, a prefix of ``spans``: a budget on stored sizes alone lets objects that
+        compress well decode to many times it."""
         keys = list(dict.fromkeys(s.data for s in spans))
-        if _parallel(self.store) and len(keys) > 1:
-            tables = dict(zip(keys, fan_out(lambda k: self._read_object(k, columns), keys),
-                              strict=True))
-        else:
-            tables = {k: self._read_object(k, columns) for k in keys}
-        return [self._trim(tables[s.data], s) for s in spans]
+        if max_decoded is None:
+            if _parallel(self.store) and len(keys) > 1:
+                tables = dict(zip(keys, fan_out(lambda k: self._read_object(k, columns),
+                                                keys), strict=True))
+            else:
+                tables = {k: self._read_object(k, columns) for k in keys}
+            return [self._trim(tables[s.data], s) for s in spans]
+        # Stored bytes side by side (the caller bounded them); decoding one at a time.
+        raws = (dict(zip(keys, fan_out(self._get_verified, keys), strict=True))
+                if _parallel(self.store) and len(keys) > 1 else None)
+        tables, decoded = {}, 0
+        for k in keys:
+            if tables and decoded >= max_decoded:
+                break
+            raw = raws.pop(k) if raws is not None else self._get_verified(k)
+            tables[k] = decode_parquet(raw, k, columns, fetch_max_bytes=self.fetch_max_bytes)
+            decoded += tables[k].nbytes
+        out = []
+        for s in spans:
+            if s.data not in tables:
+                break
+            out.append(self._trim(tables[s.data], s))
+        return out
 
     def read_span(self, span: ReadSpan, columns: Sequence[str] | None = None) -> pa.Table:
         return self._trim(self._read_object(span.data, columns), span)
 
     def _read_object(self, key: str, columns: Sequence[str] | None) -> pa.Table:
-        return decode_parquet(checksums.verify(key, self.store.get(key)), key, columns,
+        return decode_parquet(self._get_verified(key), key, columns,
                               fetch_max_bytes=self.fetch_max_bytes)
+
+    def _get_verified(self, key: str) -> bytes:
+        raw = inline_copies.take(self.store.identity, key)  # the entry carried a copy
+        return raw if raw is not None else checksums.verify(key, self.store.get(key))
 
     @staticmethod
     def _trim(table: pa.Table, span: ReadSpan) -> pa.Table:
@@ -395,19 +490,40 @@ class PartitionLog:
         return table
 
 
+def _suspicious_bytes(keys: pa.Array) -> bool:
+    """Whether any of the keys may hold "..", a backslash or a NUL (a scan of their bytes:
+    a match across two keys is a false alarm, which the exact check then clears)."""
+    if len(keys) == 0 or not pa.types.is_string(keys.type):
+        return len(keys) > 0
+    _, offset_buf, value_buf = keys.buffers()
+    if value_buf is None:  # every key empty
+        return False
+    offsets = np.frombuffer(offset_buf, np.int32, len(keys) + 1, keys.offset * 4)
+    raw = np.frombuffer(value_buf, np.uint8)[offsets[0]:offsets[-1]]
+    dots = raw == ord(".")
+    return bool((raw == ord("\\")).any() or (raw == 0).any() or (dots[1:] & dots[:-1]).any())
+
+
 def encode_parquet(table: pa.Table) -> bytes:
+    """A batch object's bytes (see :func:`encode_parquet_buffer`)."""
+    return encode_parquet_buffer(table).to_pybytes()  # type: ignore[no-any-return]
+
+
+def encode_parquet_buffer(table: pa.Table) -> pa.Buffer:
     """A batch object: snappy, no statistics (planning never reads them).  Kafka record
     values are not dictionary-encoded: they are rarely repeated, and trying costs as much
-    CPU as the rest of the encoding."""
+    CPU as the rest of the encoding.  The buffer is txlog's pool's: a store that writes
+    from any buffer writes it without a copy into Python bytes."""
     dictionary: bool | list[str] = True
     if "value" in table.column_names and has_kafka_fields(table.schema):
         dictionary = [c for c in table.column_names if c != "value"]
     # Arrow's own buffer, not io.BytesIO: writing through a Python file object was
     # several times slower (docs/benchmarks.md).
-    buf = pa.BufferOutputStream()
+    mem = arrow_memory.pool()
+    buf = pa.BufferOutputStream(memory_pool=mem)
     pq.write_table(table, buf, compression="snappy", write_statistics=False,
-                   use_dictionary=dictionary)
-    return buf.getvalue().to_pybytes()  # type: ignore[no-any-return]
+                   use_dictionary=dictionary, memory_pool=mem)
+    return buf.getvalue()
 
 
 def decode_parquet(raw: bytes, where: str, columns: Sequence[str] | None = None, *,
@@ -415,19 +531,62 @@ def decode_parquet(raw: bytes, where: str, columns: Sequence[str] | None = None,
     # ParquetFile, not read_table: read_table builds a dataset per call, which doubled
     # the time to decode a batch object.
     try:
-        pf = pq.ParquetFile(pa.BufferReader(raw))
-        declared = parquet_declared_size(raw, pf.metadata)
+        # The object is in memory already: nothing to read ahead.
+        pf = pq.ParquetFile(pa.BufferReader(raw), pre_buffer=False)
+        bound = parquet_expansion_bound(raw, pf.metadata, pf.schema)
     except Exception as exc:  # pyarrow raises several types for damaged input
         raise CorruptObjectError(
             f"batch object {where} cannot be read as Parquet ({type(exc).__name__}: {exc}); "
             "it is truncated or corrupt"
         ) from None
     # Before decoding: the footer's and pages' sizes say what decompression would allocate.
-    check_declared_size(declared, len(raw), where, fetch_max_bytes=fetch_max_bytes)
+    check_declared_size(bound.declared, len(raw), where, fetch_max_bytes=fetch_max_bytes)
+    limit = decoded_limit(len(raw), fetch_max_bytes)
+    # Run-length and dictionary encoding expand past what the pages declare: the values
+    # alone, or (below) the dictionaries' entries, must fit the same limit.
+    check_declared_size(bound.fixed, len(raw), where, fetch_max_bytes=fetch_max_bytes,
+                        what="batch object (its values)")
+    cols = list(columns) if columns else None
     try:
-        return pf.read(columns=list(columns) if columns else None)
+        # One thread: the columns of one object are small, and decoding them on Arrow's
+        # thread pool left each of its threads' allocator caches holding freed memory.
+        if bound.potential <= limit:
+            return pf.read(columns=cols, use_threads=False)
+        return _read_expanding(raw, pf, bound.dictionary_columns, cols, where, limit)
+    except RecordTooLargeError:
+        raise
     except Exception as exc:  # pyarrow raises several types for damaged input
         raise CorruptObjectError(
             f"batch object {where} cannot be read as Parquet ({type(exc).__name__}: {exc}); "
             "it is truncated or corrupt"
         ) from None
+
+
+def _read_expanding(raw: bytes, pf: pq.ParquetFile, dictionary_columns: Sequence[str],
+                    columns: list[str] | None, where: str, limit: int) -> pa.Table:
+    """Read ``raw`` whose dictionaries could expand past ``limit``: decoded as dictionaries
+    first (no bigger than its pages), measured, and expanded only if that fits."""
+    compact = pq.ParquetFile(pa.BufferReader(raw), metadata=pf.metadata, pre_buffer=False,
+                             read_dictionary=list(dictionary_columns))
+    groups = compact.metadata.num_row_groups
+    # Row group by row group: a nested column read as dictionaries cannot span several.
+    parts = []
+    size = 0
+    for i in range(groups):
+        part = compact.read(columns=columns, use_threads=False) if groups == 1 else \
+            compact.read_row_group(i, columns=columns, use_threads=False)
+        size += decoded_size(part)
+        if size > limit:
+            raise RecordTooLargeError(
+                f"batch object {where} expands into more than {size} bytes decoded from "
+                f"{len(raw)} stored (its dictionary entries repeated), more than "
+                f"fetch.max.bytes and {MAX_DECODED_RATIO} times its size; txlog does not "
+                "decode it (raise fetch.max.bytes if it is genuine)")
+        parts.append(part)
+    plain = pf.schema_arrow
+    if not parts:
+        return pf.read(columns=columns, use_threads=False)
+    schema = pa.schema([plain.field(n) for n in parts[0].column_names])
+    if len(parts) == 1:
+        return parts[0].cast(schema)
+    return pa.concat_tables([p.cast(schema) for p in parts])

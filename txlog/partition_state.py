@@ -21,7 +21,10 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
 
 from txlog.errors import (
     CorruptObjectError,
@@ -104,68 +107,179 @@ class AbortedTxn:
     last_offset: int  # the ABORT marker's offset
 
 
-class BatchColumns:
-    """The data batches of a partition as parallel columns (cheap to checkpoint as Arrow)."""
+#: The batch index's columns, in the order checkpoints store them.
+BATCH_COLUMNS = ("base_offset", "count", "producer_id", "epoch", "status", "data", "nbytes",
+                 "ts_min", "ts_max", "append_ms", "txn_id", "row")
 
-    __slots__ = ("append_ms", "base_offset", "count", "data", "epoch", "nbytes", "producer_id",
-                 "row", "status", "ts_max", "ts_min", "txn_id")
+
+class BatchColumns:
+    """The data batches of a partition as parallel columns (cheap to checkpoint as Arrow).
+
+    Loaded from a checkpoint, the batches stay one Arrow table (``frozen``) until a caller
+    asks for a column as a list: a planner of millions of batches then reads them with
+    array operations instead of building a Python object per value.  Appending (the tail
+    after a checkpoint) and deciding open batches work without leaving Arrow; any other
+    change turns the columns into lists first."""
+
+    if TYPE_CHECKING:  # properties, defined below the class
+        base_offset: list[int]
+        count: list[int]
+        producer_id: list[int]
+        epoch: list[int]
+        status: list[int]
+        data: list[str]
+        nbytes: list[int]
+        ts_min: list[int]
+        ts_max: list[int]
+        append_ms: list[int]
+        txn_id: list[str | None]
+        row: list[int]
 
     def __init__(self) -> None:
-        self.base_offset: list[int] = []
-        self.count: list[int] = []
-        self.producer_id: list[int] = []
-        self.epoch: list[int] = []
-        self.status: list[int] = []
-        self.data: list[str] = []
-        self.nbytes: list[int] = []
-        self.ts_min: list[int] = []
-        self.ts_max: list[int] = []
-        self.append_ms: list[int] = []
-        self.txn_id: list[str | None] = []
-        self.row: list[int] = []
+        self._frozen: pa.Table | None = None  # the first rows, as a checkpoint held them
+        self._fixed: dict[int, int] = {}      # statuses of frozen rows decided since
+        self._numpy: dict[str, np.ndarray] = {}  # frozen columns as arrays (cached)
+        # The rows after the frozen ones (all of them once thawed), column by column.
+        self._lists: dict[str, list[Any]] = {n: [] for n in BATCH_COLUMNS}
+
+    @classmethod
+    def from_arrow(cls, table: pa.Table) -> BatchColumns:
+        """Batches held as ``table`` (a checkpoint's columns, already validated)."""
+        b = cls()
+        if table.num_rows:
+            b._frozen = table.combine_chunks()
+        return b
+
+    def _thaw(self) -> None:
+        t = self._frozen
+        if t is None:
+            return
+        for name in BATCH_COLUMNS:
+            self._lists[name][:0] = t.column(name).to_pylist()
+        status = self._lists["status"]
+        for i, s in self._fixed.items():
+            status[i] = s
+        self._frozen, self._fixed, self._numpy = None, {}, {}
 
     def __len__(self) -> int:
-        return len(self.base_offset)
+        n = len(self._lists["base_offset"])
+        return n if self._frozen is None else n + self._frozen.num_rows
+
+    def _frozen_array(self, name: str) -> np.ndarray:
+        a = self._numpy.get(name)
+        if a is None:
+            assert self._frozen is not None
+            a = self._numpy[name] = self._frozen.column(name).to_numpy()
+        return a
+
+    def arrow(self) -> pa.Table:
+        """Every batch as one Arrow table of :data:`BATCH_COLUMNS` (nothing copied when
+        the batches are a checkpoint's, unchanged)."""
+        from txlog.checkpoint import BATCH_SCHEMA
+
+        parts = []
+        if self._frozen is not None:
+            t = self._frozen
+            if self._fixed:
+                status = self._frozen_array("status").copy()
+                for i, s in self._fixed.items():
+                    status[i] = s
+                t = t.set_column(BATCH_COLUMNS.index("status"), "status",
+                                 pa.array(status, pa.int8()))
+            parts.append(t)
+        if self._lists["base_offset"] or not parts:
+            parts.append(pa.table([self._lists[n] for n in BATCH_COLUMNS], schema=BATCH_SCHEMA))
+        return parts[0] if len(parts) == 1 else pa.concat_tables(parts).combine_chunks()
 
     def add(self, e: Entry, status: int) -> int:
-        self.base_offset.append(e.base_offset)
-        self.count.append(e.count)
-        self.producer_id.append(e.producer_id)
-        self.epoch.append(e.epoch)
-        self.status.append(status)
-        self.data.append(e.data or "")
-        self.nbytes.append(e.nbytes)
-        self.ts_min.append(e.ts_min)
-        self.ts_max.append(e.ts_max)
-        self.append_ms.append(e.append_ms)
-        self.txn_id.append(e.txn_id)
-        self.row.append(0)
-        return len(self.base_offset) - 1
+        c = self._lists
+        c["base_offset"].append(e.base_offset)
+        c["count"].append(e.count)
+        c["producer_id"].append(e.producer_id)
+        c["epoch"].append(e.epoch)
+        c["status"].append(status)
+        c["data"].append(e.data or "")
+        c["nbytes"].append(e.nbytes)
+        c["ts_min"].append(e.ts_min)
+        c["ts_max"].append(e.ts_max)
+        c["append_ms"].append(e.append_ms)
+        c["txn_id"].append(e.txn_id)
+        c["row"].append(0)
+        return len(self) - 1
 
     def add_part(self, e: Entry, status: int, base_offset: int, part: list[Any]) -> None:
         """One batch object of a DATA entry of several (see model.PARTS)."""
         key, count, nbytes, ts_min, ts_max = part
-        self.base_offset.append(base_offset)
-        self.count.append(count)
-        self.producer_id.append(e.producer_id)
-        self.epoch.append(e.epoch)
-        self.status.append(status)
-        self.data.append(key)
-        self.nbytes.append(nbytes)
-        self.ts_min.append(ts_min)
-        self.ts_max.append(ts_max)
-        self.append_ms.append(e.append_ms)
-        self.txn_id.append(e.txn_id)
-        self.row.append(0)
+        c = self._lists
+        c["base_offset"].append(base_offset)
+        c["count"].append(count)
+        c["producer_id"].append(e.producer_id)
+        c["epoch"].append(e.epoch)
+        c["status"].append(status)
+        c["data"].append(key)
+        c["nbytes"].append(nbytes)
+        c["ts_min"].append(ts_min)
+        c["ts_max"].append(ts_max)
+        c["append_ms"].append(e.append_ms)
+        c["txn_id"].append(e.txn_id)
+        c["row"].append(0)
+
+    def decide(self, offset: int, key: tuple[int, int], status: int) -> None:
+        """Give every OPEN batch of transaction ``key`` (producer id, epoch) at ``offset``
+        its outcome.  Several batches may start at one offset: a batch of no records
+        (older producers wrote them for an empty send_batch()) starts where the next one
+        does."""
+        n0 = 0
+        if self._frozen is not None:
+            bases = self._frozen_array("base_offset")
+            n0 = len(bases)
+            i = int(np.searchsorted(bases, offset, "left"))
+            if i < n0 and bases[i] == offset:
+                pids, epochs = self._frozen_array("producer_id"), self._frozen_array("epoch")
+                statuses = self._frozen_array("status")
+                while i < n0 and bases[i] == offset:
+                    now = self._fixed.get(i, int(statuses[i]))
+                    if (int(pids[i]), int(epochs[i])) == key and now == OPEN:
+                        self._fixed[i] = status
+                    i += 1
+                if i < n0:
+                    return
+        c = self._lists
+        bases_t, pids_t, epochs_t, status_t = (c["base_offset"], c["producer_id"], c["epoch"],
+                                               c["status"])
+        j = bisect.bisect_left(bases_t, offset)
+        while j < len(bases_t) and bases_t[j] == offset:
+            if (pids_t[j], epochs_t[j]) == key and status_t[j] == OPEN:
+                status_t[j] = status
+            j += 1
 
     def drop_before(self, n: int) -> None:
-        for name in self.__slots__:
-            del getattr(self, name)[:n]
+        self._thaw()
+        for name in BATCH_COLUMNS:
+            del self._lists[name][:n]
 
     def replace(self, i: int, j: int, rows: list[dict[str, Any]]) -> None:
         """Replace batches [i, j) with ``rows`` (dicts of column values)."""
-        for name in self.__slots__:
-            getattr(self, name)[i:j] = [r[name] for r in rows]
+        self._thaw()
+        for name in BATCH_COLUMNS:
+            self._lists[name][i:j] = [r[name] for r in rows]
+
+
+def _column(name: str) -> property:
+    def get(self: BatchColumns) -> list[Any]:
+        if self._frozen is not None:
+            self._thaw()
+        return self._lists[name]
+
+    def put(self: BatchColumns, value: list[Any]) -> None:
+        self._thaw()
+        self._lists[name] = value
+
+    return property(get, put, doc=f"The batches' {name} values, as a list.")
+
+
+for _name in BATCH_COLUMNS:
+    setattr(BatchColumns, _name, _column(_name))
 
 
 @dataclass
@@ -227,7 +341,7 @@ class PartitionState:
         if new_start <= self.log_start_offset:
             return
         self.log_start_offset = new_start
-        due = e.append_ms + int((e.extra or {}).get("delete_delay_ms", 0))
+        due = e.delete_due_ms
         self.pending_deletes.extend((due, k) for k in self.drop_batches_below(new_start))
 
     def _apply_compaction(self, e: Entry) -> None:
@@ -249,7 +363,7 @@ class PartitionState:
                  "txn_id": None} for n, r in enumerate(x["runs"])]
         old = set(b.data[i:j])
         b.replace(i, j, rows)
-        due = e.append_ms + int(x.get("delete_delay_ms", 0))
+        due = e.delete_due_ms
         self.pending_deletes.extend((due, k) for k in sorted(old) if k)
 
     def _apply_data(self, e: Entry) -> None:
@@ -320,16 +434,9 @@ class PartitionState:
 
     def _close(self, key: tuple[int, int], status: int, marker_offset: int) -> None:
         txn = self.open_txns.pop(key)
-        b = self.batches
         for off in dict.fromkeys(txn.batches):
-            # Every open batch of the transaction at this offset: a batch of no records
-            # (older producers wrote them for an empty send_batch()) starts where the
-            # next one does.  None left: dropped by retention.
-            i = bisect.bisect_left(b.base_offset, off)
-            while i < len(b.base_offset) and b.base_offset[i] == off:
-                if (b.producer_id[i], b.epoch[i]) == key and b.status[i] == OPEN:
-                    b.status[i] = status
-                i += 1
+            # None left at the offset: dropped by retention.
+            self.batches.decide(off, key, status)
         if status == ABORTED:
             self.aborted.append(AbortedTxn(txn.producer_id, txn.first_offset, marker_offset))
 

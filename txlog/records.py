@@ -8,6 +8,7 @@ from typing import Any, NamedTuple
 
 import pyarrow as pa
 
+from txlog import arrow_memory
 from txlog.errors import SchemaMismatchError
 
 HEADER_TYPE = pa.list_(pa.struct([pa.field("key", pa.string(), nullable=False),
@@ -112,9 +113,12 @@ def checked_kafka_batch(rows: Sequence[CheckedRow]) -> tuple[pa.Table, int, int]
     if None in ts:
         now = now_ms()
         ts = tuple(now if t is None else t for t in ts)
-    table = pa.table([pa.array(keys, pa.binary()), pa.array(values, pa.binary()),
-                      pa.array(headers, HEADER_TYPE),
-                      pa.array(ts, pa.timestamp("ms", tz="UTC"))], schema=KAFKA_SCHEMA)
+    mem = arrow_memory.pool()
+    table = pa.table([pa.array(keys, pa.binary(), memory_pool=mem),
+                      pa.array(values, pa.binary(), memory_pool=mem),
+                      pa.array(headers, HEADER_TYPE, memory_pool=mem),
+                      pa.array(ts, pa.timestamp("ms", tz="UTC"), memory_pool=mem)],
+                     schema=KAFKA_SCHEMA)
     return table, min(ts), max(ts)
 
 

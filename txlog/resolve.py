@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from txlog.errors import CorruptObjectError, StorageError
 from txlog.partition_state import PartitionState
 from txlog.records import TopicPartition
+from txlog.storage.create_outcome import write_refused
 
 if TYPE_CHECKING:
     from txlog.root import CoordinatedRoot
@@ -49,6 +50,8 @@ def resolve_or_read(txlog: CoordinatedRoot, tp: TopicPartition) -> PartitionStat
     except CorruptObjectError:
         raise
     except (StorageError, OSError) as exc:
+        if write_refused(exc):
+            txlog.coordinator.clock.note_refused()
         first = (txlog.url, tp) not in _warned
         _warned.add((txlog.url, tp))
         (log.warning if first else log.debug)(

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from txlog import layout
 from txlog.errors import StorageError
 from txlog.model import new_token
+from txlog.storage.create_outcome import write_refused
 
 if TYPE_CHECKING:
     from txlog.storage.base import ObjectStore
@@ -89,6 +90,23 @@ class StoreClock:
         self._lock = threading.Lock()
         self._probe: tuple[int, float] | None = None  # (stamp, monotonic after the write)
         self._stamps: dict[str, int] = {}
+        # When a write to the store was last refused (monotonic): for REFRESH_S after it
+        # no probe is written, so a read-only client does not try once per check.
+        self._refused_at: float | None = None
+
+    def note_refused(self) -> None:
+        """Record that this client's write to the store was refused just now (read-only
+        access: see create_outcome.write_refused)."""
+        with self._lock:
+            self._refused_at = self._mono()
+
+    @property
+    def writes_refused(self) -> bool:
+        """Whether a write to the store was refused in the last REFRESH_S: this client
+        can then neither measure the store's time nor settle a transaction."""
+        with self._lock:
+            at = self._refused_at
+        return at is not None and self._mono() - at < REFRESH_S
 
     def _stamp(self, key: str) -> int | None:
         try:
@@ -124,17 +142,38 @@ class StoreClock:
                 if len(self._stamps) >= _MAX_CACHED:
                     self._stamps.clear()
                 self._stamps[key] = written
-        if probe is None or self._mono() - probe[1] > REFRESH_S:
-            try:
-                probe = self._measure()
-            except (StorageError, OSError) as exc:
-                # (read-only access, or the store refuses writes for now): the caller
-                # falls back to watching, which is as safe, only slower to abort.
-                log.debug("cannot measure the store's time on %s: %s", self.store, exc)
-                return None
-            if probe is None:
-                return None
-            with self._lock:
-                self._probe = probe
+        probe = self._current_probe(probe)
+        if probe is None:
+            return None
         return age_lower_bound_ms(probe_stamp=probe[0], probe_mono=probe[1],
                                   now_mono=self._mono(), written_stamp=written)
+
+    def now_ms(self) -> int | None:
+        """A lower bound of the store's time now (ms since the epoch), or None when the
+        store gives no modification times or this client cannot write its probe."""
+        with self._lock:
+            probe = self._probe
+        probe = self._current_probe(probe)
+        if probe is None:
+            return None
+        return probe[0] + int((self._mono() - probe[1]) * 1000)
+
+    def _current_probe(self, probe: tuple[int, float] | None) -> tuple[int, float] | None:
+        """``probe``, or a new measurement when there is none or it is REFRESH_S old."""
+        if probe is not None and self._mono() - probe[1] <= REFRESH_S:
+            return probe
+        if self.writes_refused:
+            return None  # (as below, without trying again so soon)
+        try:
+            probe = self._measure()
+        except (StorageError, OSError) as exc:
+            # (read-only access, or the store refuses writes for now): the caller
+            # falls back to watching, which is as safe, only slower to abort.
+            log.debug("cannot measure the store's time on %s: %s", self.store, exc)
+            if write_refused(exc):
+                self.note_refused()
+            return None
+        if probe is not None:
+            with self._lock:
+                self._probe = probe
+        return probe

@@ -10,7 +10,7 @@ commit, the next transaction's Ongoing record in its place (:meth:`complete_into
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -52,8 +52,11 @@ class TxnCompleter:
         self.write_markers(prep)
         return self.finish(prep)
 
-    def write_markers(self, prep: TxnRecord) -> None:
-        """Write a Prepare* record's markers to every partition it registered."""
+    def write_markers(self, prep: TxnRecord,
+                      inline: Mapping[str, bytes] | None = None) -> None:
+        """Write a Prepare* record's markers to every partition it registered; a COMMIT
+        marker carries copies of the pending objects ``inline`` holds the bytes of (the
+        committing producer's; a roll-forward by anyone else has none)."""
         commit = prep.state == PREPARE_COMMIT
         crashpoint("after_prepare")
 
@@ -61,7 +64,8 @@ class TxnCompleter:
 
         def mark(tp: TopicPartition) -> None:
             self.write_marker(tp, prep.producer_id, prep.epoch, commit,
-                              pending.get((tp.topic, tp.partition)), prep.txn_id)
+                              pending.get((tp.topic, tp.partition)), prep.txn_id,
+                              inline=inline)
             crashpoint("after_marker")
 
         tps = [TopicPartition(topic, p) for topic, p in prep.partitions]
@@ -94,9 +98,11 @@ class TxnCompleter:
 
     def write_marker(self, tp: TopicPartition, producer_id: int, epoch: int,
                      commit: bool, pending: PendingAppend | None = None,
-                     txn_id: str | None = None) -> None:
+                     txn_id: str | None = None, *,
+                     inline: Mapping[str, bytes] | None = None) -> None:
         """Append a COMMIT/ABORT marker for (producer_id, epoch) unless one already acts;
-        a COMMIT appends the transaction's ``pending`` batch objects in the same entry."""
+        a COMMIT appends the transaction's ``pending`` batch objects in the same entry,
+        with copies of those whose bytes ``inline`` holds."""
         plog = self.log.partition_log(tp)
         # The cached state suffices: a decided transaction stays decided, and append()
         # re-reads the tail and re-checks for another marker if its slot was taken.
@@ -111,7 +117,9 @@ class TxnCompleter:
             kind=COMMIT if commit else ABORT, count=1, producer_id=producer_id, epoch=epoch,
             transactional=True, parts=parts,
             base_sequence=pending.base_sequence if pending is not None and parts else -1,
-            txn_id=txn_id if parts else None))
+            txn_id=txn_id if parts else None,
+            inline={p[0]: inline[p[0]] for p in parts if p[0] in inline}
+            if parts and inline else None))
 
     def finish(self, prep: TxnRecord) -> TxnEnd:
         """Persist Complete* for a Prepare* record whose markers are written."""

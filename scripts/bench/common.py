@@ -79,23 +79,25 @@ def parse_args(description: str, *, stores: bool = True,
 
 def records_main(description: str, *, records: tuple[int, int, int],
                  rounds: tuple[int, int, int], prefix: str,
-                 run: Callable[[str, int, int, Path], None], per: str = "") -> None:
+                 run: Callable[..., None], per: str = "", stores: bool = False) -> None:
     """The main of a benchmark sized by ``--records``: the common options, ``--records``
     (by default ``records`` for tiny, small and full) and the rounds (``rounds`` by mode
     unless ``--rounds``); then ``run(mode, records, rounds, workdir)`` in a new temporary
     directory (``prefix``), removed afterwards.  ``per`` says what the records are
-    counted per ("topic")."""
+    counted per ("topic").  With ``stores``, ``--store`` is taken too and passed on as
+    ``run(..., store=...)``."""
     def extra(p: argparse.ArgumentParser) -> None:
         tiny, small, full = records
         p.add_argument("--records", type=int, default=None,
                        help=f"records{' per ' + per if per else ''} (default: tiny {tiny:,}, "
                             f"small {small:,}, full {full:,})")
 
-    args = parse_args(description, stores=False, extra=extra)
+    args = parse_args(description, stores=stores, extra=extra)
     n = args.records or pick(args.mode, *records)
     work = Path(tempfile.mkdtemp(prefix=prefix))
+    more = {"store": args.store} if stores else {}
     try:
-        run(args.mode, n, args.rounds or pick(args.mode, *rounds), work)
+        run(args.mode, n, args.rounds or pick(args.mode, *rounds), work, **more)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -185,7 +187,11 @@ def code() -> dict[str, Any]:
 
 def emit_json(bench: str, mode: str, **fields: Any) -> dict[str, Any]:
     """Print the benchmark's one machine-readable line (last on stdout)."""
-    d = {"bench": bench, "mode": mode, **fields, "machine": machine(), "code": code()}
+    # When it ended and the load then: charts and reports name the run they come from.
+    d = {"bench": bench, "mode": mode, "finished": time.strftime("%Y-%m-%d %H:%M UTC",
+                                                                 time.gmtime()),
+         "load_average": round(os.getloadavg()[0], 1), **fields, "machine": machine(),
+         "code": code()}
     print(json.dumps(d, sort_keys=False, default=_json_default), flush=True)
     return d
 
@@ -292,11 +298,37 @@ def interleaved(sides: dict[str, Callable[[], Any]], *, rounds: int, per_round: 
 # -- Spark ---------------------------------------------------------------------------------
 
 
-def start_spark(app_name: str) -> Any:
-    """A local[2] session for the Spark benchmarks, with txlog registered."""
+def start_spark(app_name: str, *, s3a: bool = False) -> Any:
+    """A local[2] session for the Spark benchmarks, with txlog registered; with ``s3a``,
+    hadoop-aws and the AWS SDK from the set-up's cache (``.jars/``, scripts/jars.txt) on
+    its classpath, so that Spark's own filesystem opens ``s3a://`` (nothing is fetched)."""
     import spark_ext
 
-    return spark_ext.local_session(app_name, **{"spark.driver.memory": "2g"})
+    conf = {"spark.driver.memory": "2g"}
+    if s3a:
+        conf["spark.jars"] = ",".join(map(str, s3a_jars()))
+    return spark_ext.local_session(app_name, **conf)
+
+
+def s3a_jars() -> list[Path]:
+    """hadoop-aws, the AWS SDK bundle and hadoop-aws's stream library in ``.jars/``."""
+    names = ("hadoop-aws-", "bundle-", "analyticsaccelerator-s3-")
+    found = sorted(p for p in (REPO / ".jars").glob("*.jar") if p.name.startswith(names))
+    if len(found) < len(names):
+        raise SystemExit("hadoop-aws and the AWS SDK are not in .jars/: run "
+                         "scripts/fetch-jars.sh (scripts/bootstrap.sh does) for --store s3")
+    return found
+
+
+def spark_target(spark: Any, target: Target) -> Any:
+    """The Hadoop location of ``target``'s root (``s3a://`` for S3), with the settings
+    txlog derives from its storage options put into ``spark``'s Hadoop configuration, so
+    that a baseline read or written by Spark alone reaches the same server the same way."""
+    from spark_ext import hadoop_conf
+
+    where = hadoop_conf.locate(target.base, target.storage_options)
+    hadoop_conf.apply(spark, where)
+    return where
 
 
 def kafka_shaped_frame(spark: Any, records: int, value_size: int) -> Any:

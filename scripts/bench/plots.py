@@ -26,8 +26,27 @@ def _pyplot() -> Any:
     return plt
 
 
-def _save(plt: Any, fig: Any, path: Path) -> bool:
-    fig.tight_layout()
+def source_note(result: Mapping[str, Any]) -> str:
+    """Which run a chart was drawn from: the benchmark, its size, the code's commit and
+    the machine (a chart left from an older run shows it)."""
+    code = result.get("code") or {}
+    machine = result.get("machine") or {}
+    parts = [f"scripts/bench/{result.get('bench')}.py --{result.get('mode')}",
+             f"commit {code.get('commit', '?')}"]
+    if machine.get("cpus"):
+        parts.append(f"{machine['cpus']} CPUs")
+    if isinstance(result.get("load_average"), (int, float)):
+        parts.append(f"load {result['load_average']:.0f}")
+    if result.get("finished"):
+        parts.append(str(result["finished"]))
+    return ", ".join(parts)
+
+
+def _save(plt: Any, fig: Any, path: Path, result: Mapping[str, Any] | None = None) -> bool:
+    if result is not None:
+        fig.text(0.01, 0.005, source_note(result), fontsize=6, color="dimgray",
+                 ha="left", va="bottom")
+    fig.tight_layout(rect=(0, 0.03, 1, 1) if result is not None else None)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -36,7 +55,8 @@ def _save(plt: Any, fig: Any, path: Path) -> bool:
 
 def line_chart(path: Path, *, title: str, xlabel: str, ylabel: str,
                series: Mapping[str, Sequence[Sequence[Any]]],
-               goals: Sequence[tuple[float, float, str]] = (), logx: bool = False) -> bool:
+               goals: Sequence[tuple[float, float, str]] = (), logx: bool = False,
+               result: Mapping[str, Any] | None = None) -> bool:
     """One chart of ``series`` (name -> [(x, y), ...]); ``goals`` are (x, y, label)
     points drawn as black bars.  False when matplotlib is missing or nothing to draw."""
     plt = _pyplot()
@@ -54,7 +74,7 @@ def line_chart(path: Path, *, title: str, xlabel: str, ylabel: str,
         else:  # a curve from 0 (no history, no other transaction)
             ax.set_xscale("symlog", linthresh=1)
             ax.set_xlim(left=0)
-    return _save(plt, fig, path)
+    return _save(plt, fig, path, result)
 
 
 def _lines(ax: Any, series: dict[str, list[tuple[float, float]]],
@@ -105,7 +125,7 @@ def latency_chart(result: dict[str, Any], path: Path) -> bool:
     right.set_title(f"operations (request time {rt} ms: {model.get('delay_ms')} ms added)",
                     fontsize=10)
     right.grid(alpha=0.3, axis="y")
-    return _save(plt, fig, path)
+    return _save(plt, fig, path, result)
 
 
 _SCALE_LABELS = {"partitions": "partitions touched", "history": "batches in the partition",
@@ -124,7 +144,7 @@ def scale_charts(result: dict[str, Any], out: Path) -> list[Path]:
         if line_chart(path, title=f"commit_transaction() against "
                       f"{_SCALE_LABELS.get(dim, dim)}", xlabel=_SCALE_LABELS.get(dim, dim),
                       ylabel="ms (median)", series=series,
-                      logx=dim in ("partitions", "history", "size")):
+                      logx=dim in ("partitions", "history", "size"), result=result):
             made.append(path)
     return made
 
@@ -141,7 +161,8 @@ def producers_chart(result: dict[str, Any], path: Path) -> bool:
                       f"each ({delay} ms per request)", xlabel="producers (processes)",
                       ylabel="commits per second (all producers)",
                       series={"measured": rate,
-                              "N x one producer alone": [(n, n * one) for n, _ in rate]})
+                              "N x one producer alone": [(n, n * one) for n, _ in rate]},
+                      result=result)
 
 
 def memory_chart(result: dict[str, Any], path: Path) -> bool:
@@ -166,7 +187,7 @@ def memory_chart(result: dict[str, Any], path: Path) -> bool:
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3, axis="y")
     ax.legend(fontsize=8)
-    return _save(plt, fig, path)
+    return _save(plt, fig, path, result)
 
 
 def draw(results: Sequence[dict[str, Any]], out: Path) -> list[Path]:

@@ -25,10 +25,7 @@ can be what limits N producers.
 from __future__ import annotations
 
 import copy
-import json
 import os
-import select
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -52,8 +49,21 @@ def _cpu() -> float:
     return u.ru_utime + u.ru_stime
 
 
-def child(url: str, options: dict[str, Any], txn_id: str, topic: str, partition: int,
-          seconds: float) -> None:
+def child(conn: Any, url: str, options: dict[str, Any], txn_id: str, topic: str,
+          partition: int, seconds: float) -> None:
+    """One producer process: ``ready`` once initialised, then on ``go`` the measured
+    window, then its result (a dict), all over ``conn``."""
+    try:
+        conn.send(_child(conn, url, options, txn_id, topic, partition, seconds))
+    except BaseException as exc:
+        conn.send({"error": f"{type(exc).__name__}: {exc}"})
+        raise
+    finally:
+        conn.close()
+
+
+def _child(conn: Any, url: str, options: dict[str, Any], txn_id: str, topic: str,
+           partition: int, seconds: float) -> dict[str, Any]:
     import txlog
     from txlog.testing.timeline import TimelineStore
 
@@ -62,12 +72,13 @@ def child(url: str, options: dict[str, Any], txn_id: str, topic: str, partition:
     log.store = timeline  # before any use: partition logs keep the store they got
     p = log.producer(transactional_id=txn_id)
     p.init_transactions()
-    print("ready", flush=True)
-    if sys.stdin.readline().strip() != "go":
-        return
+    conn.send("ready")
+    if conn.recv() != "go":
+        return {}
     before = C.counts(log.store)
     cpu0 = _cpu()
     lat: list[float] = []
+    slowest = (0.0, 0.0)
     t0 = time.monotonic()
     end = t0 + seconds
     while time.monotonic() < end:
@@ -75,7 +86,10 @@ def child(url: str, options: dict[str, Any], txn_id: str, topic: str, partition:
         p.begin_transaction()
         p.send(topic, VALUE, partition=partition)
         p.commit_transaction()
-        lat.append(time.monotonic() - s)
+        e = time.monotonic()
+        lat.append(e - s)
+        if e - s > slowest[1] - slowest[0]:
+            slowest = (s, e)
     elapsed = time.monotonic() - t0
     cpu = _cpu() - cpu0
     requests = C.diff_counts(C.counts(log.store), before)
@@ -87,11 +101,33 @@ def child(url: str, options: dict[str, Any], txn_id: str, topic: str, partition:
             where = f"{r.kind} {r.site.split(' < ')[0]}"
             sites[where] = sites.get(where, 0) + 1
     p.close()
-    print(json.dumps({"commits": len(lat), "seconds": elapsed,
-                      "p50_ms": 1000 * C.median(lat),
-                      "p99_ms": 1000 * C.percentile(lat, 99), "requests": requests,
-                      "sites": sites, "cpu_s": cpu}),
-          flush=True)
+    return {"commits": len(lat), "slowest": _slowest(timeline, *slowest), "seconds": elapsed,
+            "p50_ms": 1000 * C.median(lat), "p99_ms": 1000 * C.percentile(lat, 99),
+            "requests": requests, "sites": sites, "cpu_s": cpu}
+
+
+def _slowest(timeline: Any, start: float, end: float) -> dict[str, Any]:
+    """The slowest commit's requests: where its time went (a slow request, or a gap
+    with no request in flight: a wait, a lock, a backoff, or the CPU)."""
+    reqs = [r for r in timeline.requests(since=start) if r.start <= end]
+    covered, at = 0.0, start
+    gap, gap_at = 0.0, start
+    for r in sorted(reqs, key=lambda r: r.start):
+        if r.start > at and r.start - at > gap:
+            gap, gap_at = r.start - at, at
+        covered += max(0.0, min(r.end, end) - max(r.start, at))
+        at = max(at, r.end)
+    if end - at > gap:
+        gap, gap_at = end - at, at
+    longest = max(reqs, key=lambda r: r.duration, default=None)
+    return {"ms": 1000 * (end - start), "requests": len(reqs),
+            "covered_ms": 1000 * covered, "largest_gap_ms": 1000 * gap,
+            "gap_after_ms": 1000 * (gap_at - start),
+            "longest_request": None if longest is None else
+            {"ms": 1000 * longest.duration, "kind": longest.kind, "key": longest.key,
+             "site": longest.site, "thread": longest.thread},
+            "timeline": [f"{1000 * (r.start - start):8.1f} {1000 * r.duration:8.1f} ms "
+                         f"{r.kind} {r.key} [{r.thread}] {r.site}" for r in reqs[:40]]}
 
 
 # -- the parent ---------------------------------------------------------------------------------
@@ -101,12 +137,24 @@ def _total(c: dict[str, float]) -> float:
     return float(sum(c.values()))
 
 
-def _read_line(proc: subprocess.Popen[str], timeout: float) -> str:
-    assert proc.stdout is not None
-    ready, _, _ = select.select([proc.stdout], [], [], timeout)
-    if not ready:
-        raise RuntimeError("a producer process did not answer in time")
-    return proc.stdout.readline()
+def _receive(conn: Any, timeout: float, what: str) -> Any:
+    if not conn.poll(timeout):
+        raise RuntimeError(f"a producer process did not {what} within {timeout:.0f} s")
+    got = conn.recv()
+    if isinstance(got, dict) and "error" in got:
+        raise RuntimeError(f"a producer process failed: {got['error']}")
+    return got
+
+
+def _spawner() -> Any:
+    """Producer processes forked from one server that imported txlog and pyarrow once:
+    64 interpreters each importing them took minutes of CPU on a small machine, before
+    the measured window (which they then shared with the stragglers)."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["txlog", "txlog.testing.timeline", "common"])
+    return ctx
 
 
 def _proc_cpu(pid: int) -> float:
@@ -127,33 +175,33 @@ def run_group(url: str, options: dict[str, Any], n: int, seconds: float,
 
     topic = f"t-{tag}"
     txlog.connect(url, options).create_topic(topic, n)
-    procs = []
+    ctx = _spawner()
+    procs: list[Any] = []
+    conns: list[Any] = []
     try:
         for i in range(n):
-            cmd = [sys.executable, str(Path(__file__).resolve()), "--child", url,
-                   "--child-options", json.dumps(options), "--child-id", f"{tag}-{i}",
-                   "--child-topic", topic, "--child-partition", str(i),
-                   "--seconds", str(seconds)]
-            procs.append(subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                          text=True, cwd=str(C.REPO)))
-        for p in procs:  # every one initialised before any starts
-            line = _read_line(p, 300 + 15 * n)  # (each start imports txlog: CPU)
-            if line.strip() != "ready":
-                raise RuntimeError(f"a producer process failed to start: {line!r}")
+            ours, theirs = ctx.Pipe()
+            proc = ctx.Process(target=child, args=(theirs, url, options, f"{tag}-{i}", topic,
+                                                   i, seconds), daemon=True)
+            proc.start()
+            theirs.close()
+            procs.append(proc)
+            conns.append(ours)
+        for conn in conns:  # the barrier: every one initialised before any starts
+            if _receive(conn, 300 + 15 * n, "start") != "ready":
+                raise RuntimeError("a producer process failed to start")
         proxy_cpu = _proc_cpu(proxy_pid)
-        for p in procs:
-            assert p.stdin is not None
-            p.stdin.write("go\n")
-            p.stdin.flush()
-        results = [json.loads(_read_line(p, seconds + 300)) for p in procs]
+        for conn in conns:
+            conn.send("go")
+        results = [_receive(conn, seconds + 300, "finish") for conn in conns]
         proxy_cpu = _proc_cpu(proxy_pid) - proxy_cpu
-        for p in procs:
-            p.wait(timeout=60)
+        for proc in procs:
+            proc.join(timeout=60)
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+        for proc in procs:
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
     commits = sum(r["commits"] for r in results)
     requests: dict[str, int] = {}
     sites: dict[str, int] = {}
@@ -174,7 +222,9 @@ def run_group(url: str, options: dict[str, Any], n: int, seconds: float,
             "proxy_cpu_s_per_s": proxy_cpu / seconds,
             "load_average": os.getloadavg()[0],
             "requests_per_commit": C.per(requests, commits),
-            "reads_per_commit_by_site": C.per(sites, commits)}
+            "reads_per_commit_by_site": C.per(sites, commits),
+            # Where the slowest commit of any producer spent its time.
+            "slowest_commit": max((r["slowest"] for r in results), key=lambda x: x["ms"])}
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any] | None:
@@ -182,18 +232,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         p.add_argument("--delay-ms", type=float, default=25.0, help="added per request")
         p.add_argument("--seconds", type=float, default=None, help="per measurement")
         p.add_argument("--sizes", default=None, help="producer counts, e.g. 1,4,16,64")
-        p.add_argument("--child", default=None, help="(internal)")
-        p.add_argument("--child-options", default="{}", help="(internal)")
-        p.add_argument("--child-id", default="", help="(internal)")
-        p.add_argument("--child-topic", default="t", help="(internal)")
-        p.add_argument("--child-partition", type=int, default=0, help="(internal)")
 
     args = C.parse_args(__doc__.splitlines()[0], stores=False, argv=argv, extra=extra)
     seconds = args.seconds or C.pick(args.mode, 2.0, 8.0, 20.0)
-    if args.child:
-        child(args.child, json.loads(args.child_options), args.child_id, args.child_topic,
-              args.child_partition, seconds)
-        return None
     from txlog.testing.latency_proxy import LatencyModel, start_proxy_process
 
     sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else \

@@ -29,8 +29,8 @@ import common as C
 import plots
 
 HERE = Path(__file__).resolve().parent
-# Benchmarks written with common.py: they take --store.
-OWN = ("append", "txn_overhead", "read", "small_txn", "scale")
+# Benchmarks that take --store.
+OWN = ("append", "txn_overhead", "read", "small_txn", "scale", "spark_scan", "spark_write")
 # Run order; any other script found under scripts/bench/ runs after these.
 ORDER = ("append", "txn_overhead", "small_txn", "read", "scale", "memory", "latency",
          "producers", "spark_scan", "spark_write", "spark_plan", "delta_exactly_once")

@@ -24,15 +24,25 @@ Goals: ``txlog`` at least 1.0 of ``parquet`` on ``2col`` and 0.9 on ``all``.  Ra
 medians of per-round ratios (runs made back to back).  Prints rows/s, the ratios, and
 one JSON line.
 
-    .venv/bin/python scripts/bench/spark_scan.py            # 200,000 records (--small)
+``--store s3`` does the same on SeaweedFS (started on 127.0.0.1 for the run): the topics
+are written there by txlog's producer, ``format("txlog")`` is given the root's
+``s3://`` URL and its ``storage_options`` once (the connector's scan reads the objects
+through Spark's S3A filesystem), and the baseline is written and read by Spark through
+S3A on the same server with the same settings.  There only ``txlog`` and ``parquet``
+are timed (``batch_objects`` and ``txlog_python`` are local diagnostics).
+
+    .venv/bin/python scripts/bench/spark_scan.py --store local   # 200,000 records (--small)
+    .venv/bin/python scripts/bench/spark_scan.py --store s3 --rounds 3
     .venv/bin/python scripts/bench/spark_scan.py --records 2000000   # the issue's figure
 """
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -75,7 +85,8 @@ def build_topic(log: Any, topic: str, records: int, abort_pct: float, seed: int,
 
 
 def plain_copy(url: str, topic: str, dest: Path) -> int:
-    """Hard-link the committed batch objects (as planned by txlog) into a plain dataset."""
+    """Hard-link the committed batch objects (as planned by txlog) into a plain dataset
+    (a local root's)."""
     from spark_ext.options import parse_read_options
     from spark_ext.read_plan import plan_batch
 
@@ -95,42 +106,76 @@ def main() -> None:
     # Five rounds in --small: with three, the Python source's ratio of the same code
     # moved widely between runs (docs/benchmarks.md).
     C.records_main(__doc__.splitlines()[0], records=(20_000, 200_000, 5_000_000),
-                   rounds=(1, 5, 3), prefix="txlog-spark-scan-", run=run, per="topic")
+                   rounds=(1, 5, 3), prefix="txlog-spark-scan-", run=run, per="topic",
+                   stores=True)
 
 
 QUERIES = ("2col", "all")
 
 
-def run(mode: str, records: int, rounds: int, work: Path) -> None:
-    import txlog
-
-    url = str(work / "lake")
-    log = txlog.connect(url)
+def prepare(target: C.Target, records: int, work: Path) -> dict[int, dict[str, Any]]:
+    """The two topics on ``target`` (1% and 30% aborted), and on a local root the plain
+    copy of their committed batch objects."""
+    url = target.url("lake")
+    log = target.connect(url)
     topics = {}
     for pct in (1, 30):
-        C.progress(f"writing {records:,} records, {pct}% of transactions aborted")
-        topics[pct] = build_topic(log, f"scan{pct}", records, pct, seed=pct)
-        topics[pct]["plain_rows"] = plain_copy(url, f"scan{pct}", work / f"plain{pct}")
-        assert topics[pct]["plain_rows"] == topics[pct]["committed"]
+        C.progress(f"{target.name}: writing {records:,} records, {pct}% of transactions "
+                   "aborted")
+        topics[pct] = {"url": url, **build_topic(log, f"scan{pct}", records, pct, seed=pct)}
+        if target.name == "local":
+            plain = work / f"plain{pct}-{target.name}"
+            topics[pct]["plain"] = str(plain)
+            topics[pct]["plain_rows"] = plain_copy(url, f"scan{pct}", plain)
+            assert topics[pct]["plain_rows"] == topics[pct]["committed"]
+    return topics
 
-    spark = C.start_spark("txlog-spark-scan")
+
+def run(mode: str, records: int, rounds: int, work: Path, *, store: str) -> None:
     import spark_ext
 
-    assert spark_ext.jvm_connector_loaded(spark), "format('txlog') is not the JVM connector"
+    with C.targets(store) as targets:
+        prepared = {t.name: prepare(t, records, work) for t in targets}
+        spark = C.start_spark("txlog-spark-scan", s3a=any(t.name == "s3" for t in targets))
+        assert spark_ext.jvm_connector_loaded(spark), "format('txlog') is not the JVM connector"
+        out = {t.name: measure(spark, t, prepared[t.name], rounds, records)
+               for t in targets}
+        spark.stop()
+    ratios = {k: v for o in out.values() for k, v in o["ratios"].items()}
+    goals = [g for o in out.values() for g in o["goals"]]
+    C.emit_json("spark_scan", mode, records=records, rounds=rounds,
+                ratio=min(v for k, v in ratios.items() if k.startswith("txlog_vs_parquet_2col")),
+                ratios=C.clean(ratios), goals=C.clean(goals),
+                results=C.clean({n: o["results"] for n, o in out.items()}),
+                load_average=C.clean(os.getloadavg()[0]))
+
+
+def measure(spark: Any, target: C.Target, topics: dict[int, dict[str, Any]], rounds: int,
+            records: int) -> dict[str, Any]:
+    """Interleaved rounds of the readers on ``target``'s topics; prints the table and
+    returns the ratios, goals and results."""
+    where = C.spark_target(spark, target)
+    s3 = target.name == "s3"
+    suffix = "_s3" if s3 else ""
+    options = json.dumps(target.storage_options) if target.storage_options else None
 
     def txlog_df(pct: int, fmt: str = "txlog") -> Any:
-        return (spark.read.format(fmt).option("path", url).option("topic", f"scan{pct}")
-                .load())
+        r = spark.read.format(fmt).option("path", topics[pct]["url"])
+        if options is not None:  # said once: the connector maps them to S3A's settings
+            r = r.option("storage_options", options)
+        return r.option("topic", f"scan{pct}").load()
 
+    baseline = {pct: where.path(f"baseline{pct}-{uuid.uuid4().hex[:8]}") for pct in topics}
     for pct in topics:  # the baseline: written once, Spark's defaults
-        txlog_df(pct).write.parquet(str(work / f"baseline{pct}"))
+        txlog_df(pct).write.parquet(baseline[pct])
 
     readers = {
         "txlog": txlog_df,
-        "parquet": lambda pct: spark.read.parquet(str(work / f"baseline{pct}")),
-        "batch_objects": lambda pct: spark.read.parquet(str(work / f"plain{pct}")),
-        "txlog_python": lambda pct: txlog_df(pct, "txlog_python"),
+        "parquet": lambda pct: spark.read.parquet(baseline[pct]),
     }
+    if not s3:
+        readers["batch_objects"] = lambda pct: spark.read.parquet(topics[pct]["plain"])
+        readers["txlog_python"] = lambda pct: txlog_df(pct, "txlog_python")
 
     def two_columns(df: Any) -> tuple[Any, ...]:
         return tuple(df.selectExpr("count(*)", "sum(length(value))", "max(offset)")
@@ -142,7 +187,7 @@ def run(mode: str, records: int, rounds: int, work: Path) -> None:
     def runs(query: str) -> list[str]:
         # txlog's batch objects have no offset column: they are timed on all columns only.
         names = ["txlog", "parquet"]
-        return [*names, "batch_objects", "txlog_python"] if query == "all" else names
+        return [*names, *(n for n in readers if n not in names)] if query == "all" else names
 
     # Warm-up (JIT, Python workers) and a check that txlog and the baseline agree.
     for pct in topics:
@@ -166,16 +211,16 @@ def run(mode: str, records: int, rounds: int, work: Path) -> None:
                         fn(readers[name](pct))
                     cpus.setdefault((pct, query, name), []).append(C.tree_cpu_seconds() - cpu0)
                     times.setdefault((pct, query, name), []).append(t.elapsed)
-                    C.progress(f"round {r + 1}/{rounds} {pct}% {query} {name}: "
-                               f"{t.elapsed:.2f}s")
-    spark.stop()
+                    C.progress(f"{target.name} round {r + 1}/{rounds} {pct}% {query} "
+                               f"{name}: {t.elapsed:.2f}s")
 
     rows = []
     goals = []
     ratios: dict[str, float] = {}
     results: dict[str, Any] = {}
     for pct, info in topics.items():
-        res: dict[str, Any] = {"aborted_pct": pct, **info}
+        res: dict[str, Any] = {"aborted_pct": pct, **{k: v for k, v in info.items()
+                                                      if k not in ("url", "plain")}}
         for query in QUERIES:
             for name in runs(query):
                 key = (pct, query, name)
@@ -185,35 +230,34 @@ def run(mode: str, records: int, rounds: int, work: Path) -> None:
                 res[f"{query}_{name}"] = {"seconds": sec, "all_seconds": times[key],
                                           "cpu_seconds": C.median(cpus[key]),
                                           "vs_parquet": speed, "cpu_vs_parquet": cpu}
-                ratios[f"{name}_vs_parquet_{query}_{pct}pct"] = speed
+                ratios[f"{name}_vs_parquet_{query}_{pct}pct{suffix}"] = speed
                 rows.append([f"{pct}%", query, name, sec, info["committed"] / sec, speed,
                              C.median(cpus[key]), cpu])
-            target = 1.0 if query == "2col" else 0.9
-            got = ratios[f"txlog_vs_parquet_{query}_{pct}pct"]
+            target_ratio = 1.0 if query == "2col" else 0.9
+            got = ratios[f"txlog_vs_parquet_{query}_{pct}pct{suffix}"]
             label = ("count(*), sum(length(value)), max(offset)" if query == "2col"
                      else "all columns")
+            base = ("spark.read.parquet of the same rows through s3a on the same server"
+                    if s3 else "spark.read.parquet of the same rows")
             goals.append({"name": f"spark.read.format('txlog') {label} read_committed vs "
-                                  f"spark.read.parquet of the same rows, {pct}% aborted",
-                          "store": "local", "measured": got, "target": target, "cmp": ">=",
-                          "pass": bool(got >= target)})
-        py = ratios[f"txlog_python_vs_parquet_all_{pct}pct"]
-        goals.append({"name": f"(info) format('txlog_python') (the Python data source) all "
-                              f"columns vs spark.read.parquet, {pct}% aborted",
-                      "store": "local", "measured": py, "target": None, "cmp": "info",
-                      "pass": None})
+                                  f"{base}, {pct}% aborted",
+                          "store": target.name, "measured": got, "target": target_ratio,
+                          "cmp": ">=", "pass": bool(got >= target_ratio)})
+        if not s3:
+            py = ratios[f"txlog_python_vs_parquet_all_{pct}pct"]
+            goals.append({"name": f"(info) format('txlog_python') (the Python data source) "
+                                  f"all columns vs spark.read.parquet, {pct}% aborted",
+                          "store": "local", "measured": py, "target": None, "cmp": "info",
+                          "pass": None})
         results[f"{pct}pct"] = res
-    C.print_table(f"Spark scan, {records:,} records x 2 topics, {PARTITIONS} partitions, "
-                  f"{VALUE_SIZE}-byte values, local[2], median of {rounds} (ratios: medians "
-                  "of per-round ratios to parquet)",
+    C.print_table(f"Spark scan on {target.name} ({target.note}), {records:,} records x 2 "
+                  f"topics, {PARTITIONS} partitions, {VALUE_SIZE}-byte values, local[2], "
+                  f"median of {rounds} (ratios: medians of per-round ratios to parquet)",
                   ["aborted", "query", "reader", "seconds", "rows/s", "vs parquet", "CPU s",
                    "CPU vs parquet"], rows)
     print(f"load average while measuring: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs "
           "(wall-time ratios are only meaningful on an idle machine; CPU ratios much more)")
-    C.emit_json("spark_scan", mode, records=records, rounds=rounds,
-                ratio=min(ratios["txlog_vs_parquet_2col_1pct"],
-                          ratios["txlog_vs_parquet_2col_30pct"]),
-                ratios=C.clean(ratios), goals=C.clean(goals), results=C.clean(results),
-                load_average=C.clean(os.getloadavg()[0]))
+    return {"ratios": ratios, "goals": goals, "results": results}
 
 
 if __name__ == "__main__":

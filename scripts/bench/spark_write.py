@@ -28,7 +28,14 @@ function of the number of partitions written: files are staged outside Spark (ex
 a task stages them) and ``spark_ext.writer.commit_staged`` runs on a fresh ``Log``, as the
 commit worker does.
 
-    .venv/bin/python scripts/bench/spark_write.py            # 1,000,000 records (--small)
+``--store s3`` writes on SeaweedFS (started on 127.0.0.1 for the run) instead:
+``format("txlog")`` to an ``s3://`` root, given its ``storage_options`` once (the
+connector's tasks stage through Spark's S3A filesystem), against ``df.write.parquet`` to
+an ``s3a://`` folder on the same server with the same settings (Spark's default
+committer).  No fsync applies there, so only those two are timed.
+
+    .venv/bin/python scripts/bench/spark_write.py --store local   # 1,000,000 records (--small)
+    .venv/bin/python scripts/bench/spark_write.py --store s3 --rounds 3
     .venv/bin/python scripts/bench/spark_write.py --full     # 5,000,000 records
 """
 
@@ -37,6 +44,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -98,18 +106,84 @@ def main() -> None:
     # Fifteen rounds in --small too: with fewer, the paired ratio of the same code moved
     # by a tenth between runs (docs/benchmarks.md).
     C.records_main(__doc__.splitlines()[0], records=(50_000, 1_000_000, 5_000_000),
-                   rounds=(1, 15, 9), prefix="txlog-spark-write-", run=run)
+                   rounds=(1, 15, 9), prefix="txlog-spark-write-", run=run, stores=True)
 
 
-def run(mode: str, records: int, rounds: int, work: Path) -> None:
+def run(mode: str, records: int, rounds: int, work: Path, *, store: str) -> None:
+    with C.targets(store) as targets:
+        spark = C.start_spark("txlog-spark-write", s3a=any(t.name == "s3" for t in targets))
+        df = C.kafka_shaped_frame(spark, records, VALUE_SIZE).cache()
+        assert df.count() == records
+        out: dict[str, dict[str, Any]] = {}
+        for t in targets:
+            if t.name == "local":
+                out["local"] = measure_local(spark, df, records, rounds, work)
+            else:
+                out[t.name] = measure_remote(spark, df, t, records, rounds)
+        spark.stop()
+    fields = dict(out.get("local", {}).get("fields", {}))
+    for name, o in out.items():
+        if name != "local":
+            fields[name] = o["fields"]
+    fields["ratio"] = min(o["ratio"] for o in out.values())
+    ratios = {k: v for o in out.values() for k, v in o["ratios"].items()}
+    C.emit_json("spark_write", mode, records=records, rounds=rounds, partitions=PARTITIONS,
+                ratios=C.clean(ratios), **fields, load_average=C.clean(os.getloadavg()[0]),
+                goals=C.clean([g for o in out.values() for g in o["goals"]]))
+
+
+def measure_remote(spark: Any, df: Any, target: C.Target, records: int,
+                   rounds: int) -> dict[str, Any]:
+    """``format("txlog")`` and ``df.write.parquet`` on a remote store, interleaved."""
+    url = target.url("lake")
+    target.connect(url).create_topic("bench", partitions=PARTITIONS)
+    where = C.spark_target(spark, target)
+    options = json.dumps(target.storage_options)
+
+    def write_jvm(i: int) -> None:
+        (df.write.format("txlog").option("path", url).option("topic", "bench")
+         .option("storage_options", options).mode("append").save())
+
+    def write_parquet(i: int) -> None:
+        df.write.parquet(where.path(f"parquet-{i}-{uuid.uuid4().hex[:8]}"))
+
+    variants = {"jvm": write_jvm, "parquet": write_parquet}
+    times, cpus = C.spark_rounds(variants, rounds=rounds, warmup=WARMUP)
+    check = target.connect(url)
+    hw = sum(check.partition_log(tp).refresh().high_watermark
+             for tp in check.partitions_for("bench"))
+    assert hw >= records * (rounds + WARMUP), (hw, records, rounds)
+    ratio = C.paired_ratio(times["parquet"], times["jvm"])
+    cpu_ratio = C.paired_ratio(cpus["parquet"], cpus["jvm"])
+    rate = {n: records / C.median(times[n]) for n in variants}
+    vs = {"jvm": (ratio, cpu_ratio), "parquet": (1.0, 1.0)}
+    C.print_table(f"Spark write on {target.name} ({target.note}), {records:,} records, "
+                  f"{VALUE_SIZE}-byte values, topic of {PARTITIONS} partitions, local[2], "
+                  f"median of {rounds} (ratios: medians of per-round ratios)",
+                  ["writer", "seconds", "rows/s", "vs parquet", "CPU s", "CPU vs parquet"],
+                  [[n, C.median(times[n]), rate[n], vs[n][0], C.median(cpus[n]), vs[n][1]]
+                   for n in variants])
+    print(f"load average while measuring: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    s = target.name
+    goals = [{"name": "df.write.format('txlog') (JVM connector, through s3a) transactional "
+                      "write vs df.write.parquet through s3a to the same server "
+                      "throughput", "store": s, "measured": ratio, "target": 1.0,
+              "cmp": ">=", "pass": bool(ratio >= 1.0)},
+             {"name": "(info) the same, CPU efficiency (CPU s ratio)", "store": s,
+              "measured": cpu_ratio, "target": None, "cmp": "info", "pass": None}]
+    return {"ratio": ratio, "ratios": {f"jvm_vs_parquet_{s}": ratio,
+                                       f"jvm_cpu_vs_parquet_{s}": cpu_ratio},
+            "goals": goals,
+            "fields": {"ratio": ratio, "cpu_ratio": cpu_ratio, "rows_per_s": C.clean(rate),
+                       "seconds": C.clean(times), "cpu_seconds": C.clean(cpus)}}
+
+
+def measure_local(spark: Any, df: Any, records: int, rounds: int,
+                  work: Path) -> dict[str, Any]:
     import txlog
 
     C.progress("object-store requests per commit")
     per_commit = [commit_requests(work, n) for n in COMMIT_PARTITIONS]
-
-    spark = C.start_spark("txlog-spark-write")
-    df = C.kafka_shaped_frame(spark, records, VALUE_SIZE).cache()
-    assert df.count() == records
 
     # The goal side's root does not fsync, as df.write.parquet does not (module docstring).
     urls = {"synced": str(work / "lake"), "unsynced": str(work / "lake-nofsync")}
@@ -158,7 +232,6 @@ def run(mode: str, records: int, rounds: int, work: Path) -> None:
 
     times, cpus = C.spark_rounds(variants, rounds=rounds, warmup=WARMUP, before=before,
                                  after=after)
-    spark.stop()
 
     for url, writers in ((urls["unsynced"], 1), (urls["synced"], 2)):
         check = txlog.connect(url)
@@ -214,20 +287,21 @@ def run(mode: str, records: int, rounds: int, work: Path) -> None:
              {"name": "(info) the same CPU efficiency with txlog's default fsync",
               "store": "local", "measured": fsync_cpu_ratio, "target": None, "cmp": "info",
               "pass": None}]
-    C.emit_json("spark_write", mode, records=records, rounds=rounds, partitions=PARTITIONS,
-                ratio=ratio, cpu_ratio=cpu_ratio, python_ratio=py_ratio,
-                per_round_ratio=C.clean([C.ratio(p, w) for p, w in
-                                         zip(times["parquet"], times["jvm"], strict=True)]),
-                fsync_ratio=fsync_ratio, fsync_cpu_ratio=fsync_cpu_ratio,
-                rows_per_s=C.clean(rate),
-                seconds=C.clean({n: times[n] for n in variants}),
-                cpu_seconds=C.clean({n: cpus[n] for n in variants}),
-                load_average=C.clean(os.getloadavg()[0]),
-                requests_per_commit=C.clean({str(c["partitions"]): c["requests"]
-                                             for c in per_commit}),
-                requests_per_extra_partition=C.clean(slope),
-                commit_detail=C.clean(per_commit), goals=C.clean(goals))
-
+    ratios = {"jvm_vs_parquet": ratio, "jvm_cpu_vs_parquet": cpu_ratio,
+              "python_vs_parquet": py_ratio, "jvm_fsync_vs_parquet": fsync_ratio,
+              "jvm_fsync_cpu_vs_parquet": fsync_cpu_ratio}
+    return {"ratio": ratio, "ratios": ratios, "goals": goals, "fields": dict(
+        ratio=ratio, cpu_ratio=cpu_ratio, python_ratio=py_ratio,
+        per_round_ratio=C.clean([C.ratio(p, w) for p, w in
+                                 zip(times["parquet"], times["jvm"], strict=True)]),
+        fsync_ratio=fsync_ratio, fsync_cpu_ratio=fsync_cpu_ratio,
+        rows_per_s=C.clean(rate),
+        seconds=C.clean({n: times[n] for n in variants}),
+        cpu_seconds=C.clean({n: cpus[n] for n in variants}),
+        requests_per_commit=C.clean({str(c["partitions"]): c["requests"]
+                                     for c in per_commit}),
+        requests_per_extra_partition=C.clean(slope),
+        commit_detail=C.clean(per_commit))}
 
 if __name__ == "__main__":
     main()

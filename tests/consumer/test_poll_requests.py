@@ -74,3 +74,38 @@ def test_a_backlog_past_the_probed_slots_is_read_whole(
         got.extend(r.value for r in batch)
     assert got == values
     assert counting.lists  # behind a backlog it lists the rest
+
+
+def test_a_waiting_poll_looks_again_soon_once_a_transaction_opens(
+        log: txlog.Log, monkeypatch: pytest.MonkeyPatch) -> None:
+    """poll(timeout_ms) backs off while the log is idle; once a transaction opens in the
+    partition (its records are not readable yet, its marker is due), it looks again
+    after the shortest pause, not after the backoff the idle log built up."""
+    import time as real_time
+    import types
+
+    import txlog.consumer as consumer_module
+
+    reader = txlog.connect(log.url)
+    c = reader.consumer(auto_offset_reset="earliest")
+    c.assign([TP])
+    assert c.poll(timeout_ms=0) == []
+    p = log.producer(transactional_id="slow")
+    p.init_transactions()
+    pauses: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        pauses.append(seconds)
+        if len(pauses) == 5:  # idle so far: the backoff has grown
+            p.begin_transaction()
+            p.send("t", b"x", partition=0)
+            p.flush()  # a DATA entry: the transaction is open there
+        elif len(pauses) == 7:
+            p.commit_transaction()
+            p.close()
+
+    fake = types.SimpleNamespace(monotonic=real_time.monotonic, sleep=sleep)
+    monkeypatch.setattr(consumer_module, "time", fake)
+    assert [r.value for r in c.poll(timeout_ms=60_000)] == [b"x"]
+    assert pauses[:5] == [0.01, 0.02, 0.04, 0.08, 0.16]
+    assert pauses[5] == 0.01  # the open transaction was seen: no 0.2 s pause

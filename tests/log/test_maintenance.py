@@ -11,7 +11,7 @@ import pytest
 
 import txlog
 from txlog.errors import StorageError
-from txlog.maintenance import compact_partition, maintain, plan_compaction, purge
+from txlog.maintenance import apply_retention, compact_partition, maintain, plan_compaction, purge
 from txlog.partition_state import ABORTED, COMMITTED, READ_COMMITTED
 from txlog.records import TopicPartition, now_ms
 
@@ -306,3 +306,44 @@ def test_maintain_reports_progress_and_is_idempotent(tmp_path: Path) -> None:
     again: dict[str, Any] = maintain(log, ["a", "b"]).to_json()
     assert all(p["compacted_batches"] == 0 for p in again["partitions"])
     assert [v for _, v in read_all(log, "b")[0]] == [b"x0", b"x1"]
+
+
+# -- purge under clock skew ---------------------------------------------------------------
+
+
+def _skew(monkeypatch: pytest.MonkeyPatch, by_ms: int) -> None:
+    """This process's wall clock reads ``by_ms`` off from now on (the store's does not)."""
+    real = time.time_ns
+    monkeypatch.setattr(time, "time_ns", lambda: real() + by_ms * 1_000_000)
+    monkeypatch.setattr(time, "time", lambda: (real() + by_ms * 1_000_000) / 1e9)
+
+
+def _retained(tmp_path: Path) -> tuple[txlog.Log, TopicPartition, Path]:
+    root = tmp_path / "root"
+    log = txlog.connect(str(root))
+    log.create_topic("rt", config={"retention.ms": 10_000, "file.delete.delay.ms": 60_000})
+    _produce_batches(log, "rt", 3, "old")
+    return log, TopicPartition("rt", 0), root
+
+
+@pytest.mark.parametrize("skew_ms", [3_600_000, 120_000])
+def test_a_purger_whose_clock_runs_ahead_deletes_nothing_early(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, skew_ms: int) -> None:
+    log, tp, root = _retained(tmp_path)
+    assert apply_retention(log, tp, now=now_ms() + 20_000) is not None
+    assert len(data_objects(root, "rt")) == 3
+    _skew(monkeypatch, skew_ms)  # the delay (60 s) looks long past on this clock
+    assert purge(txlog.connect(str(root)), tp) == 0
+    assert len(data_objects(root, "rt")) == 3
+    monkeypatch.undo()
+    assert purge(log, tp, now=now_ms() + 61_000) == 3  # (an operator's explicit time)
+
+
+def test_objects_dropped_by_a_client_whose_clock_runs_behind_stay_for_the_delay(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _, tp, root = _retained(tmp_path)
+    _skew(monkeypatch, -120_000)  # stamps the due time two minutes early
+    assert apply_retention(txlog.connect(str(root)), tp, now=now_ms() + 140_000) is not None
+    monkeypatch.undo()
+    assert purge(txlog.connect(str(root)), tp) == 0
+    assert len(data_objects(root, "rt")) == 3

@@ -33,12 +33,12 @@ def log(tmp_path: object) -> txlog.Log:
 
 
 class UploadGate:
-    """Holds every batch-object upload (``PartitionLog.write_data``) until opened, and
+    """Holds every batch-object upload (``PartitionLog.write_object``) until opened, and
     fails the first ``fail`` of them, or those whose values start with ``fail_prefix``."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, *, hold: bool = True,
                  fail: int = 0, fail_prefix: bytes | None = None) -> None:
-        self.real = PartitionLog.write_data
+        self.real = PartitionLog.write_object
         self.entered = threading.Event()
         self.opened = threading.Event()
         self.failing = threading.Event()  # releases the failing uploads only
@@ -50,7 +50,7 @@ class UploadGate:
         self.lock = threading.Condition()
         gate = self
 
-        def write_data(plog: PartitionLog, table: Any) -> tuple[str, int]:
+        def write_object(plog: PartitionLog, table: Any, **kw: Any) -> Any:
             with gate.lock:
                 gate.calls += 1
                 failing = gate.calls <= gate.fail or (
@@ -62,9 +62,9 @@ class UploadGate:
             assert released.wait(60), "test gate never opened"
             if failing:
                 raise StorageError("injected: batch object upload failed")
-            return gate.real(plog, table)
+            return gate.real(plog, table, **kw)
 
-        monkeypatch.setattr(PartitionLog, "write_data", write_data)
+        monkeypatch.setattr(PartitionLog, "write_object", write_object)
 
     def open(self) -> None:
         self.failing.set()
@@ -661,18 +661,18 @@ def test_the_commit_appends_its_uploading_objects_in_one_entry(
     one for the rest; offsets and reads agree."""
     from helpers import data_entries
 
-    real_write, real_claim, real_append = (PartitionLog.write_data,
+    real_write, real_claim, real_append = (PartitionLog.write_object,
                                            producer_mod.Producer._claim_ready,
                                            PartitionLog.append)
     uploads_go, claim_go = threading.Event(), threading.Event()
     claiming, decided_what = threading.Event(), threading.Event()
     first = threading.Event()
 
-    def write_data(plog: PartitionLog, table: Any) -> tuple[str, int]:
+    def write_object(plog: PartitionLog, table: Any, **kw: Any) -> Any:
         if first.is_set():  # the first object goes at once, the rest wait
             assert uploads_go.wait(60), "test never released the uploads"
         first.set()
-        return real_write(plog, table)
+        return real_write(plog, table, **kw)
 
     def claim_ready(self: Any) -> Any:
         claiming.set()
@@ -689,7 +689,7 @@ def test_the_commit_appends_its_uploading_objects_in_one_entry(
             decided_what.set()  # appending: the committer chose what to take along
         return real_append(plog, spec)
 
-    monkeypatch.setattr(PartitionLog, "write_data", write_data)
+    monkeypatch.setattr(PartitionLog, "write_object", write_object)
     monkeypatch.setattr(producer_mod.Producer, "_claim_ready", claim_ready)
     monkeypatch.setattr(sender, "wait", committer_wait)
     monkeypatch.setattr(PartitionLog, "append", append)

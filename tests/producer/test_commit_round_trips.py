@@ -35,13 +35,13 @@ def test_a_commits_batch_objects_upload_side_by_side(
     # Every put waits until all eight are in flight: one after another, the first would
     # wait alone until the barrier times out and breaks, failing the commit.
     barrier = threading.Barrier(PARTITIONS, timeout=60)
-    real = PartitionLog.write_data
+    real = PartitionLog.write_object
 
-    def write_data(plog: PartitionLog, table: Any) -> tuple[str, int]:
+    def write_object(plog: PartitionLog, table: Any, **kw: Any) -> Any:
         barrier.wait()
-        return real(plog, table)
+        return real(plog, table, **kw)
 
-    monkeypatch.setattr(PartitionLog, "write_data", write_data)
+    monkeypatch.setattr(PartitionLog, "write_object", write_object)
     p = lg.producer(transactional_id="tx", **{"linger.ms": 600_000})
     p.init_transactions()
     p.begin_transaction()

@@ -318,16 +318,16 @@ def test_a_write_the_linger_thread_failed_is_raised_by_the_next_flush(
     flush would have."""
     from txlog.partition_log import PartitionLog
 
-    real_write = PartitionLog.write_data
+    real_write = PartitionLog.write_object
     attempted = threading.Event()
 
-    def failing_write(self: Any, table: Any) -> Any:
+    def failing_write(self: Any, table: Any, **kw: Any) -> Any:
         if threading.current_thread().name.startswith("txlog-write"):
             attempted.set()
             raise StorageError("injected: batch object write failed")
-        return real_write(self, table)
+        return real_write(self, table, **kw)
 
-    monkeypatch.setattr(PartitionLog, "write_data", failing_write)
+    monkeypatch.setattr(PartitionLog, "write_object", failing_write)
     p = log.producer(linger_ms=1)
     # Only the linger thread writes: send_batch() itself would flush a batch past linger
     # (CI run: a slow send_batch() wrote it on the caller's thread).
@@ -356,16 +356,16 @@ def _commit_second_while_first_held(
 
     written: list[str] = []
     second_written = threading.Event()
-    real_write = PartitionLog.write_data
+    real_write = PartitionLog.write_object
 
-    def write_data(self: PartitionLog, table: Any) -> Any:
-        out = real_write(self, table)
+    def write_object(self: PartitionLog, table: Any, **kw: Any) -> Any:
+        out = real_write(self, table, **kw)
         written.append(out[0])
         if b"second" in table.column("value").to_pylist():
             second_written.set()
         return out
 
-    monkeypatch.setattr(PartitionLog, "write_data", write_data)
+    monkeypatch.setattr(PartitionLog, "write_object", write_object)
     p, gate, first = held_commit(log, gates, txn_id, [b"first"], fail=fail)
     p.begin_transaction()
     p.send("a", b"second", partition=0)
@@ -449,12 +449,12 @@ class MarkerGate:
         real_cas = StateLogPartition.compare_and_set
         gate = self
 
-        def write_markers(coord: Coordinator, prep: Any) -> None:
+        def write_markers(coord: Coordinator, prep: Any, **kw: Any) -> None:
             gate.calls += 1
             if gate.calls == 1:
                 gate.entered.set()
                 assert gate.opened.wait(60), "test gate never opened"
-            real_markers(coord, prep)
+            real_markers(coord, prep, **kw)
 
         def compare_and_set(part: StateLogPartition, txn_id: str, expected: Any,
                             new: Any) -> bool:

@@ -169,11 +169,11 @@ def test_settle_on_another_thread_while_the_committer_writes_markers(
     monkeypatch.setattr(p, "_await_pipeline", await_pipeline)
     real_markers = Coordinator.write_markers
 
-    def write_markers(coord: Coordinator, prep: Any) -> None:
+    def write_markers(coord: Coordinator, prep: Any, **kw: Any) -> None:
         if threading.current_thread().name.startswith("txlog-commit"):
             in_markers.set()
             assert markers_go.wait(60)
-        real_markers(coord, prep)
+        real_markers(coord, prep, **kw)
 
     monkeypatch.setattr(Coordinator, "write_markers", write_markers)
     x = threading.Thread(target=lambda: p.epoch, name="X")

@@ -124,6 +124,41 @@ def test_a_decompression_bomb_is_refused_before_decoding() -> None:
     assert decode_parquet(raw, "data/bomb.parquet").num_rows == 2_000
 
 
+def _dictionary_bomb(rows: int, value_bytes: int, *, nested: bool = False) -> bytes:
+    """One dictionary entry of ``value_bytes``, repeated ``rows`` times by a run of one
+    index: the pages hold a few bytes per run, the decoded column rows x value_bytes.
+    No Arrow schema is stored, so a reader decodes the column into plain values."""
+    d = pa.DictionaryArray.from_arrays(pa.array([0] * rows, pa.int32()),
+                                       pa.array([b"\1" * value_bytes], pa.binary()))
+    table = pa.table({"value": d})
+    if nested:  # the same inside a list column: one row holds every value
+        table = pa.table({"value": pa.ListArray.from_arrays(pa.array([0, rows], pa.int32()),
+                                                             d)})
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression="snappy", store_schema=False)
+    return bytes(sink.getvalue().to_pybytes())
+
+
+@pytest.mark.parametrize("nested", [False, True], ids=["flat", "in-a-list"])
+def test_a_dictionary_expansion_bomb_is_refused_with_bounded_memory(nested: bool) -> None:
+    """Its pages declare what they decompress into, which passes the declared-size check;
+    expanding the dictionary is what would allocate (here 400 MB): refused, with the
+    memory used staying near the limit, not the expansion."""
+    raw = _dictionary_bomb(4_000, 100_000, nested=nested)
+    assert len(raw) < 20_000 and parquet_declared_size(
+        raw, pq.ParquetFile(pa.BufferReader(raw)).metadata) < 1_000_000
+    pool = pa.default_memory_pool()
+    before = pool.max_memory() or 0
+    with pytest.raises(RecordTooLargeError, match=r"data/dict\.parquet .*fetch\.max\.bytes"):
+        decode_parquet(raw, "data/dict.parquet", fetch_max_bytes=10_000_000)
+    # (the pool's high-water mark: the whole expansion would have raised it by 400 MB)
+    assert (pool.max_memory() or 0) - before < 100_000_000
+    # Within the limit the same shape decodes, to its plain values.
+    small = decode_parquet(_dictionary_bomb(50, 100_000, nested=nested), "data/ok.parquet",
+                           fetch_max_bytes=10_000_000)
+    assert small.num_rows == (1 if nested else 50)
+
+
 def test_a_consumer_refuses_a_bomb_in_the_log() -> None:
     log = new_log(**{"fetch.max.bytes": 1_000_000})
     p = log.producer()
@@ -145,7 +180,7 @@ def test_a_consumer_refuses_a_bomb_in_the_log() -> None:
     assert bomb_key != data
     store.put(bomb_key, bomb)
     entry = decode_entry(store.get(entry_key), entry_key)
-    store.put(entry_key, dataclasses.replace(entry, data=bomb_key).encode())
+    store.put(entry_key, dataclasses.replace(entry, data=bomb_key, inline=None).encode())
     data = bomb_key
     conf: dict[str, Any] = {"fetch.max.bytes": 1_000_000}
     c = txlog.connect(log.url, **conf).consumer()

@@ -208,8 +208,7 @@ def test_crash_point_hits_are_counted_across_threads(monkeypatch: pytest.MonkeyP
 
     import txlog.crashpoints as cp
 
-    monkeypatch.setattr(cp, "_NAME", "x")
-    monkeypatch.setattr(cp, "_TARGET", 10**12)
+    monkeypatch.setattr(cp, "_KILL", ("x", 10**12))
     monkeypatch.setattr(cp, "_hits", {})
     old = sys.getswitchinterval()
     sys.setswitchinterval(1e-6)  # switch threads as often as possible

@@ -203,3 +203,53 @@ def test_a_checkpoint_of_the_python_source_continues_in_the_jvm_connector(
     assert out_values(url) == sorted([*committed, "open0", "open1", "open2"])
     last = committed_app_version(txlog.connect(url), f"stream-{q.id}")
     assert last is not None and last > version
+
+
+def open_writes(spark: Any) -> int:
+    """Writes the driver's planner process holds begun and not yet committed or aborted."""
+    return int(spark.sparkContext._jvm.io.txlog.spark.PlannerState.openWrites())
+
+
+def test_a_stream_leaves_no_write_open_and_names_its_topics_and_root(
+        spark: Any, tmp_path: Path) -> None:
+    """Only a micro-batch that runs begins a write in the planner (planning the query's
+    write checks the rows and begins nothing), and its commit ends it: a query leaves
+    no entry behind, whether it ran micro-batches or none. The progress and the plan
+    name the sink's topic and root, never as an object's hash."""
+    url = str(tmp_path / "lake")
+    committed, held = produce(url, seed=3205, txns=6)
+    held.abort_transaction()
+    before = open_writes(spark)
+    q = run(spark, url, tmp_path / "ckpt", maxOffsetsPerTrigger="5")
+    assert sum(1 for p in q.recentProgress if p["numInputRows"]) >= 2
+    assert out_values(url) == sorted(committed)
+    assert open_writes(spark) == before
+    assert {p["sink"]["description"] for p in q.recentProgress} == {f"txlog [topic=out] at {url}"}
+    plan = plan_of(q)
+    assert f"txlog JVM streaming write [topic=out] at {url}]" in plan, plan
+    assert f"reading [topic=src] at {url}" in plan, plan
+    # Started again with nothing new: no micro-batch runs, and none is left begun.
+    again = run(spark, url, tmp_path / "ckpt", maxOffsetsPerTrigger="5")
+    assert again.id == q.id
+    assert open_writes(spark) == before
+
+
+def test_checking_a_streaming_write_begins_none(tmp_path: Path) -> None:
+    """What the connector asks when Spark plans a micro-batch's write: the answer the JVM
+    writer needs (or why the Python source writes instead), and no write begun."""
+    from spark_ext.jvm_plan import answer
+
+    url = str(tmp_path / "lake")
+    txlog.connect(url).create_topic("out", partitions=2)
+    schema = json.dumps({"type": "struct", "fields": [
+        {"name": n, "type": "binary", "nullable": True, "metadata": {}} for n in ("key", "value")]})
+    req = {"options": {"path": url, "topic": "out", "checkpointLocation": "/x"},
+           "schema": schema}
+    open_before = answer({"op": "writes_open"})["writes"]
+    checked = answer({"op": "stream_write_check", **req})
+    assert checked["spec"]["txlog.topic"] == "out", checked
+    assert answer({"op": "writes_open"})["writes"] == open_before
+    begun = answer({"op": "stream_write_begin", **req})
+    assert answer({"op": "writes_open"})["writes"] == open_before + 1
+    assert answer({"op": "write_abort", "staging": begun["spec"]["txlog.staging"]})["swept"] == 0
+    assert answer({"op": "writes_open"})["writes"] == open_before

@@ -16,7 +16,7 @@ import pytest
 
 import spark_ext
 import txlog
-from spark_ext import pushdown
+from spark_ext import plan_file, pushdown
 from txlog.records import TopicPartition
 
 pytestmark = pytest.mark.spark
@@ -73,6 +73,7 @@ def test_format_txlog_reads_through_the_jvm_connector(spark: Any, tmp_path: Path
     df = reader(spark, url)
     assert rows(df) == expected  # read_committed: the aborted transaction is not there
     assert "txlog JVM scan" in executed(df)
+    assert f"reading [topic=c] at {url}" in executed(df)  # what it reads, by name
     assert spark_ext.jvm_connector_loaded(spark)
 
 
@@ -119,7 +120,11 @@ def test_sql_table_keeps_its_options(spark: Any, tmp_path: Path) -> None:
     try:
         got = spark.sql("SELECT partition, offset, value, timestamp FROM conn_c")
         assert rows(got) == expected
-        spark.sql("INSERT INTO conn_c SELECT 'k' AS key, 'inserted' AS value, 1 AS partition")
+        insert = "INSERT INTO conn_c SELECT 'k' AS key, 'inserted' AS value, 1 AS partition"
+        plan = spark.sql(f"EXPLAIN {insert}").collect()[0][0]
+        # Planned, not run; the table's root is its location (file:<path>).
+        assert "txlog write [topic=c] at " in plan and url in plan, plan
+        spark.sql(insert)
         values = [bytes(r.value) for r in spark.sql("SELECT value FROM conn_c "
                                                     "WHERE partition = 1").collect()]
         assert values.count(b"inserted") == 1
@@ -235,11 +240,11 @@ def test_planner_takes_a_catalog_tables_options(tmp_path: Path) -> None:
 
     url = str(tmp_path / "lake")
     expected = build(url)
-    got = answer({"op": "scan", "filters": [f("partition", "eq", 1)],
+    got = answer({"op": "scan", "filters": [f("partition", "eq", 1)], "planFormat": 1,
                   "options": {"option.topic": "c", "location": "file:" + url,
                               "provider": "txlog", "owner": "someone"}})
     assert "error" not in got, got
     assert got["objects"] == 5 and got["objectsBeforePushdown"] == 10
-    lines = got["plan"].splitlines()
-    assert sum(int(line.split("\t")[6]) for line in lines) == sum(
-        1 for r in expected if r[0] == 1)
+    _, slices = plan_file.read(got["planFile"])
+    os.unlink(got["planFile"])
+    assert sum(slices.column("take").to_pylist()) == sum(1 for r in expected if r[0] == 1)

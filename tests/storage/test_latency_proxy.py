@@ -104,6 +104,22 @@ def test_conditional_create_through_the_proxy_stays_atomic(seaweed: Any, proxied
         assert direct.get(key) == f"writer {winners[0]}".encode()
 
 
+def test_answers_are_not_held_back_by_nagles_algorithm(seaweed: Any, proxied: Any) -> None:
+    # An answer's headers and body go out as two writes: with Nagle's algorithm on, the
+    # body waited for the client's delayed ACK (40 ms on Linux), so a GET cost the delay
+    # plus 40 ms whenever the client's TCP stack was not in quick-ACK mode, a cost of the
+    # proxy and not of the store it models.
+    proxy, opts = proxied
+    store = open_store(seaweed.fresh_url("nodelay"), opts)
+    before = len(proxy.log())
+    store.put("k", b"v" * 1400)
+    for _ in range(3):
+        assert store.get("k") == b"v" * 1400
+    seen = proxy.log()[before:]
+    assert [r.kind for r in seen] == ["put", "get", "get", "get"]
+    assert all(r.nodelay for r in seen), seen
+
+
 def test_timeline_counts_parallel_requests_once_and_sequential_ones_each(
         seaweed: Any) -> None:
     # A long delay, so that requests sent together overlap whatever the machine's load.

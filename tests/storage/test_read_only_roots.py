@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 import txlog
-from txlog import layout
+from txlog import TopicPartition, layout
 from txlog.errors import RootNotFoundError, StorageError
 from txlog.maintenance import maintain
 from txlog.storage.remote import RemoteStore
@@ -216,4 +216,127 @@ def test_a_read_only_root_is_consumed_while_an_expired_transaction_is_open(
     res = cli("consume", "t", "--from-beginning", root=str(root))
     assert res.returncode == 0, res.stderr
     assert [json.loads(x)["value"] for x in res.stdout.splitlines()] == ["committed", "after"]
+    hung.close()
+
+
+def test_a_read_only_root_is_detected_once_and_committed_answers_at_once(
+        tmp_path: Path, read_only: tuple[list[str], list[Path]]) -> None:
+    """An open transaction holds the group's offsets, and this client cannot write: it
+    cannot settle the transaction (nor measure the store's clock), so committed() says
+    so at once instead of retrying until its timeout, and the client tries no write
+    again on every check (one attempt in all)."""
+    prefix, roots = read_only
+    root = tmp_path / "root"
+    log = txlog.connect(str(root))
+    log.create_topic("t")
+    p = log.producer(transactional_id="done")
+    p.init_transactions()
+    p.begin_transaction()
+    p.send("t", b"committed")
+    p.send_offsets_to_transaction({TopicPartition("t", 0): 1}, "g")
+    p.commit_transaction()
+    p.close()
+    hung = log.producer(transactional_id="hung", transaction_timeout_ms=600_000)
+    hung.init_transactions()
+    hung.begin_transaction()
+    hung.send("t", b"never-committed")
+    hung.send_offsets_to_transaction({TopicPartition("t", 0): 2}, "g")
+    hung.flush()
+    roots.append(root)
+    _make_read_only(root)
+    before = _files(root)
+    env = {k: v for k, v in os.environ.items() if k not in ENV_DROP}
+    res = subprocess.run([*prefix, sys.executable, str(Path(__file__).with_name(
+        "read_only_child.py")), str(root), "g"], capture_output=True, text=True, env=env,
+        timeout=120)
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert out.get("error") == "UnstableOffsetCommitError", out
+    assert "cannot write" in out["message"] and "txlog maintain" in out["message"], out
+    assert out["puts_after_committed"] == 1, out  # the store-clock probe, once
+    assert out["values"] == ["committed"]
+    assert out["puts"] == 1, out
+    assert _files(root) == before
+    hung.close(timeout=0)
+
+
+def test_only_a_refused_write_counts_as_read_only_access() -> None:
+    """A timeout or a dropped connection is tried again later; a permission error, a
+    read-only file system or obstore's PermissionDeniedError (a 403) is not."""
+    import errno
+
+    from txlog.storage.create_outcome import write_refused
+
+    obstore_exceptions = pytest.importorskip("obstore.exceptions")
+    try:
+        raise StorageError("put failed") from obstore_exceptions.PermissionDeniedError("403")
+    except StorageError as exc:
+        assert write_refused(exc)
+    assert write_refused(PermissionError(errno.EACCES, "denied"))
+    assert write_refused(OSError(errno.EROFS, "read-only file system"))
+    assert not write_refused(TimeoutError("timed out"))
+    assert not write_refused(StorageError("put failed: 503 SlowDown"))
+
+
+@pytest.fixture(scope="module")
+def seaweed_with_reader() -> Iterator[Any]:
+    """A SeaweedFS server of this module's own, with an identity that may only read."""
+    from txlog.testing import servers
+
+    require = pytest.importorskip
+    require("s3fs")
+    try:
+        server = servers.start_seaweed(read_only_identity=True)
+    except servers.ServerUnavailable as exc:
+        pytest.skip(f"SeaweedFS unavailable: {exc}")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.mark.s3
+def test_a_read_only_remote_root_writes_its_clock_probe_once(seaweed_with_reader: Any) -> None:
+    """With credentials that may only read, the store refuses the store-clock probe
+    (403): the client tries it once, not at every timeout check, and committed() answers
+    at once that it cannot settle the transaction holding the group's offsets."""
+    server = seaweed_with_reader
+    url = server.fresh_url("ro")
+    log = txlog.connect(url, server.storage_options)
+    log.create_topic("t")
+    with log.producer(transactional_id="done") as p:
+        p.init_transactions()
+        p.begin_transaction()
+        p.send("t", b"committed")
+        p.send_offsets_to_transaction({TopicPartition("t", 0): 1}, "g")
+        p.commit_transaction()
+    hung = log.producer(transactional_id="hung", transaction_timeout_ms=600_000)
+    hung.init_transactions()
+    hung.begin_transaction()
+    hung.send("t", b"open")
+    hung.send_offsets_to_transaction({TopicPartition("t", 0): 2}, "g")
+    hung.flush()
+
+    reader = txlog.connect(url, server.reader_storage_options, create=False)
+    attempts = []
+    put = reader.store.put
+
+    def counted(key: str, data: bytes) -> None:
+        attempts.append(key)
+        put(key, data)
+
+    reader.store.put = counted  # type: ignore[method-assign]
+    c = reader.consumer(group_id="g")
+    from txlog.errors import UnstableOffsetCommitError
+
+    with pytest.raises(UnstableOffsetCommitError, match="cannot write"):
+        c.committed([TopicPartition("t", 0)], timeout=60)
+    plain = reader.consumer(auto_offset_reset="earliest")
+    plain.assign([TopicPartition("t", 0)])
+    got = []
+    for _ in range(5):
+        got += [r.value for r in plain.poll(max_records=100)]
+    assert got == [b"committed"]
+    assert len(attempts) == 1 and attempts[0].startswith("_txn/clock/"), attempts
+    hung.abort_transaction()
     hung.close()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import txlog
 from txlog.storage import MemoryStore
-from txlog.testing.timeline import Request, TimelineStore, account, critical_chain
+from txlog.testing.timeline import Request, TimelineStore, account, critical_chain, in_flight
 
 
 def _r(kind: str, start: float, end: float, key: str = "k") -> Request:
@@ -77,3 +77,14 @@ def test_wrapper_records_kind_key_and_calling_code() -> None:
     assert store.list("") == []
     assert [r.kind for r in store.requests()] == ["put", "get_range", "head", "delete",
                                                   "list"]
+
+
+def test_in_flight_time_is_the_union_of_requests_clipped_to_the_call() -> None:
+    reqs = [_r("put", -0.5, 0.5),             # began before the call: counts from 0
+            _r("put_if_absent", 0.2, 1.0),    # overlaps the first: counts once
+            _r("get", 2.0, 3.0),              # after a gap of 1.0 with nothing in flight
+            _r("get", 3.5, 5.0)]              # runs past the call's end at 4.0
+    assert in_flight(reqs, 0.0, 4.0) == 1.0 + 1.0 + 0.5
+    assert in_flight([], 0.0, 4.0) == 0.0
+    a = account(reqs, 0.0, 4.0)
+    assert a.busy == in_flight(a.all, 0.0, 4.0)

@@ -212,3 +212,36 @@ def test_a_roll_forward_killed_between_markers_leaves_no_partition_unheld(
                             capture_output=True, timeout=120)
     assert reader.returncode == -9, reader.stderr.decode()[-2000:]
     assert set(assert_atomic_and_unstuck(txlog.connect(root))) == {0, 1}
+
+
+def test_only_the_committing_producers_markers_carry_copies(tmp_path: Path) -> None:
+    """Killed between its markers: the COMMIT markers it wrote carry copies of their
+    batch objects (entry format version 4); those a reader writes when it rolls the
+    commit forward cannot (it lacks the bytes) and name the objects only; either way the
+    transaction is visible on every partition."""
+    import json
+
+    root = str(tmp_path)
+    log = txlog.connect(root)
+    for t, n in TOPICS.items():
+        log.create_topic(t, partitions=n)
+    assert run_child(root, "after_marker:9", timeout_ms=3000) == -9
+    deadline = time.monotonic() + 90
+    reader = txlog.connect(root).consumer()
+    tps = [TopicPartition(t, p) for t, n in TOPICS.items() for p in range(n)]
+    while time.monotonic() < deadline:
+        if all(reader.last_stable_offset(tp) ==
+               log.partition_log(tp).refresh().high_watermark for tp in tps):
+            break
+    seen = assert_atomic_and_unstuck(txlog.connect(root))
+    assert sorted(seen) == [0, 1]
+    by_txn: dict[tuple[int, int], list[bool]] = defaultdict(list)
+    for tp in tps:
+        for key in log.store.list(f"topics/{tp.topic}/{tp.partition}/log/"):
+            e = json.loads(log.store.get(key))
+            if e["kind"] == "commit":
+                assert (e["v"] == 4) == ("inline" in e)
+                by_txn[(e["producer_id"], e["epoch"])].append("inline" in e)
+    (first, second) = (by_txn[k] for k in sorted(by_txn, key=lambda k: k[1]))
+    assert first == [True] * 5  # written by the producer, every one with its copy
+    assert sorted(second) == [False, False, False, True, True]  # 2 before the kill

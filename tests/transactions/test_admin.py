@@ -211,3 +211,31 @@ def test_fmt_duration() -> None:
     assert admin.fmt_duration(423_000) == "7m03s"
     assert admin.fmt_duration(2 * 3_600_000 + 5 * 60_000) == "2h05m"
     assert admin.fmt_duration(3 * 86_400_000 + 4 * 3_600_000) == "3d04h"
+
+
+@pytest.mark.parametrize("max_min", [30, 5])
+def test_hanging_is_judged_by_the_roots_transaction_timeout_limit(max_min: int) -> None:
+    """Without --max-transaction-timeout the limit is the root's
+    transaction.max.timeout.ms, not a fixed 15 minutes: a transaction within a longer
+    limit is not reported, and one past a shorter limit is."""
+    lg = txlog.connect(f"memory://admin-tests/{uuid.uuid4().hex}",
+                       transaction_max_timeout_ms=max_min * 60_000)
+    lg.create_topic("o")
+    p = lg.producer(transactional_id="long", transaction_timeout_ms=max_min * 60_000)
+    p.init_transactions()
+    p.begin_transaction()
+    p.send("o", b"open", partition=0)
+    p.flush()
+    (txn,) = lg.partition_log(T0).refresh().open_txns.values()
+    start = txn.first_append_ms
+    # 16 minutes in: past the old fixed 15, within a 30-minute limit, past a 5-minute one.
+    found = admin.find_hanging(txlog.connect(lg.url), now=start + 16 * 60_000)
+    if max_min == 30:
+        assert found == []
+    else:
+        assert [h["kind"] for h in found] == ["hanging"]
+    # An explicit limit still wins.
+    assert [h["kind"] for h in admin.find_hanging(
+        lg, now=start + 16 * 60_000, max_transaction_timeout_ms=60_000)] == ["hanging"]
+    p.abort_transaction()
+    p.close()

@@ -19,6 +19,7 @@ from txlog.errors import (
     InvalidTransactionTimeoutError,
     InvalidTxnStateError,
     OffsetOutOfRangeError,
+    ProducerFencedError,
     TransactionTimeoutError,
     UnassignedPartitionError,
     UnstableOffsetCommitError,
@@ -395,6 +396,28 @@ def test_maintain_expires_idle_producer_state_and_the_producer_starts_afresh(
     p.send("a", b"3", partition=0)
     p.close()
     assert values(lg, [tp]) == [b"1", b"2", b"3"]
+
+
+def test_expired_producer_state_keeps_the_fence_of_ended_epochs(tmp_path: Any) -> None:
+    """Expiry forgets a producer's sequences, never which of its epochs ended: a write
+    of an ended epoch, met by a client that loads the partition from the checkpoint
+    written after expiry, is still fenced."""
+    lg = txlog.connect(str(tmp_path / "root"), producer_id_expiration_ms=60_000)
+    lg.create_topic("a", partitions=1)
+    p = lg.producer(transactional_id="t")
+    p.init_transactions()
+    p.begin_transaction()
+    p.send("a", b"1", partition=0)
+    p.commit_transaction()
+    p.close()
+    st = lg.partition_log(TP0).refresh()
+    (pid, epoch), = st.fence_epoch.items()  # the committed transaction's
+    report = maintain(lg, compact=False, now=st.producers[pid].last_ms + 61_000)
+    assert report.partitions[0].expired_producers == 1
+    fresh = txlog.connect(lg.url).partition_log(TP0).refresh()
+    assert pid not in fresh.producers
+    with pytest.raises(ProducerFencedError):
+        fresh.check_sequence(pid, epoch, 0, 1, True)
 
 
 # -- 8. smaller API gaps ---------------------------------------------------------------------

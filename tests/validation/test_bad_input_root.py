@@ -551,3 +551,61 @@ def test_a_checkpoint_with_impossible_offsets_is_not_used(field: str, value: Any
     with pytest.raises(CorruptObjectError, match="invalid contents"):
         checkpoint.decode_checkpoint(checkpoint.with_checksum(sink.getvalue().to_pybytes()),
                                      "x")
+
+
+def _checkpoint_of(data: list[str], bases: list[int]) -> bytes:
+    from txlog.checkpoint import encode_checkpoint
+    from txlog.partition_state import COMMITTED, BatchColumns, PartitionState
+
+    b = BatchColumns()
+    for key, base in zip(data, bases, strict=True):
+        for name, value in (("base_offset", base), ("count", 2), ("producer_id", 1),
+                            ("epoch", 0), ("status", COMMITTED), ("data", key),
+                            ("nbytes", 10), ("ts_min", 1), ("ts_max", 1), ("append_ms", 1),
+                            ("txn_id", None), ("row", 0)):
+            getattr(b, name).append(value)
+    st = PartitionState(next_slot=len(data), high_watermark=max(bases, default=0) + 2)
+    st.batches = b
+    return encode_checkpoint(st)
+
+
+@pytest.mark.parametrize("keys,used", [
+    (["topics/t/0/data/a.parquet", "topics/t/0/data/b.parquet"], True),
+    (["topics/t/0/data/a.parquet", "topics/t/_staging/x/b.parquet"], True),
+    (["topics/t/0/data/a.parquet", "topics/t/1/data/b.parquet"], False),
+    (["topics/t/0/data/a.parquet", "topics/u/0/data/b.parquet"], False),
+    (["topics/t/0/data/a.parquet", "topics/t/0/data/../../1/data/b.parquet"], False),
+    (["topics/t/0/data/a.parquet", "topics/t/0/data/b\\..parquet"], False),
+])
+def test_every_object_a_checkpoints_batches_name_is_checked(tmp_path: Path, keys: list[str],
+                                                            used: bool) -> None:
+    """The batch index is checked as a column: one foreign key among a partition's own
+    keeps the whole checkpoint out."""
+    lg = txlog.connect(str(tmp_path / "root"))
+    lg.create_topic("t", partitions=2)
+    lg.store.put(layout.checkpoint_key("t", 0, 2), _checkpoint_of(keys, [0, 2]))
+    st = lg.partition_log(txlog.TopicPartition("t", 0)).refresh()
+    assert (len(st.batches) == 2) is used
+    if used:
+        assert st.batches.data == keys
+
+
+def test_a_checkpoint_whose_batches_go_back_or_have_no_value_is_not_used() -> None:
+    import pyarrow as pa
+
+    from txlog import checkpoint
+
+    keys = ["topics/t/0/data/a.parquet", "topics/t/0/data/b.parquet"]
+    checkpoint.decode_checkpoint(_checkpoint_of(keys, [0, 2]), "x")
+    with pytest.raises(CorruptObjectError, match="overlap or go backwards"):
+        checkpoint.decode_checkpoint(_checkpoint_of(keys, [0, 1]), "x")
+    raw = _checkpoint_of(keys, [0, 2])
+    table = pa.ipc.open_stream(pa.py_buffer(raw[:-12])).read_all()
+    i = table.schema.get_field_index("ts_min")
+    table = table.set_column(i, table.schema.field(i), pa.array([1, None], pa.int64()))
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as w:
+        w.write_table(table)
+    with pytest.raises(CorruptObjectError, match="null values"):
+        checkpoint.decode_checkpoint(checkpoint.with_checksum(sink.getvalue().to_pybytes()),
+                                     "x")

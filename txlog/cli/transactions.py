@@ -166,9 +166,9 @@ def add_commands(subs: Any) -> None:
                    "every topic)")
     p.add_argument("--partition", type=int, help="only this partition (with --topic)")
     p.add_argument("--max-transaction-timeout", type=parse_duration_ms,
-                   default=admin.DEFAULT_MAX_TRANSACTION_TIMEOUT_MS, metavar="DURATION",
-                   help="longest transaction timeout in use: minutes (default 15) or with a "
-                        "unit (500ms, 30s, 2h)")
+                   default=None, metavar="DURATION",
+                   help="longest transaction timeout in use: minutes or with a unit (500ms, "
+                        "30s, 2h); default: the root's transaction.max.timeout.ms")
     p.add_argument("--prepare-grace-ms", type=int, default=admin.DEFAULT_PREPARE_GRACE_MS,
                    metavar="MS", help="report Prepare* entries older than this (default "
                    "30000)")

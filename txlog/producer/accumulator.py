@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from concurrent.futures import wait
 from dataclasses import dataclass, field
 
@@ -14,9 +15,15 @@ from txlog.partitioner import partition_for_key
 from txlog.producer.core import State
 from txlog.producer.futures import _Outcome
 from txlog.producer.sender import MAX_UPLOADS, Sender
-from txlog.records import CheckedRow, TopicPartition, checked_kafka_batch, now_ms
+from txlog.records import CheckedRow, TopicPartition, checked_kafka_batch
 
 _log = logging.getLogger(__name__)
+
+
+def mono_ms() -> int:
+    """Milliseconds on the monotonic clock: linger is a duration, which a wall clock that
+    jumps (NTP, a resumed VM) would stretch or cut short."""
+    return time.monotonic_ns() // 1_000_000
 
 
 #: Steps (batch writes, pipelined commits) queued before send() waits for the oldest.
@@ -35,7 +42,7 @@ class _PendingBatch:
     rows: list[CheckedRow] = field(default_factory=list)
     tables: list[pa.Table] = field(default_factory=list)
     nbytes: int = 0
-    first_ms: int = 0
+    first_ms: int = 0  # on the monotonic clock (mono_ms)
     table_rows: int = 0  # rows in ``tables`` (counted once per send, not summed)
     # What its futures wait for (its ``written`` event: see _Outcome).
     outcome: _Outcome = field(default_factory=_Outcome)
@@ -149,14 +156,14 @@ class Accumulator(Sender):
         """A partition's next batch (the caller holds ``_lock``); wakes the linger thread,
         started with the first batch of a non-transactional producer."""
         if self.transactional_id is not None:
-            return _PendingBatch(first_ms=now_ms())
+            return _PendingBatch(first_ms=mono_ms())
         if self._wake is None:
             self._wake = threading.Condition(self._lock)
             self._lingerer = threading.Thread(target=self._linger, daemon=True,
                                               name="txlog-linger")
             self._lingerer.start()
         self._wake.notify()
-        return _PendingBatch(first_ms=now_ms(), outcome=_Outcome(threading.Event()))
+        return _PendingBatch(first_ms=mono_ms(), outcome=_Outcome(threading.Event()))
 
     def _linger(self) -> None:
         """Write each batch once linger.ms has passed since its first record."""
@@ -167,7 +174,7 @@ class Accumulator(Sender):
                 if not self._pending:
                     wake.wait()
                     continue
-                now = now_ms()
+                now = mono_ms()
                 due = [tp for tp, b in self._pending.items()
                        if now - b.first_ms >= self.linger_ms]
                 if due and not self._writes_idle():
@@ -197,10 +204,10 @@ class Accumulator(Sender):
         elif batch.nbytes >= self.batch_size:
             # Batches past linger go with it, as Kafka's sender drains every ready batch:
             # while full ones keep the writes busy, a quiet partition's would wait on.
-            now = now_ms()
+            now = mono_ms()
             self._flush_partitions([tp] + [t for t, b in self._pending.items()
                                            if t != tp and now - b.first_ms >= self.linger_ms])
-        elif self._queued_steps < MAX_UPLOADS and now_ms() - batch.first_ms >= self.linger_ms:
+        elif self._queued_steps < MAX_UPLOADS and mono_ms() - batch.first_ms >= self.linger_ms:
             # (_writes_idle() inlined, and the clock read only then: once per record)
             self._flush_partitions([tp])
 

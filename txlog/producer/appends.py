@@ -106,10 +106,12 @@ class Appender(ProducerCore):
 
     def _append_object(self, tp: TopicPartition, key: str, num_rows: int, nbytes: int,
                        ts_min: int | None, ts_max: int | None, untimed: bool = False,
-                       parts: list[Part] | None = None) -> int:
+                       parts: list[Part] | None = None,
+                       inline: dict[str, bytes] | None = None) -> int:
         """Register ``tp`` with the transaction (before the first write to it), then claim
         the partition's next slot for the batch object ``key`` (or for ``parts``, several
-        objects in one entry: the other arguments are then taken from them)."""
+        objects in one entry: the other arguments are then taken from them).  ``inline``:
+        the bytes of objects the entry may carry copies of."""
         now = now_ms()
         ts_min, ts_max = _given_or_now(ts_min, ts_max, untimed, now)
         if parts is not None:  # each part stamped as a single object is
@@ -130,7 +132,7 @@ class Appender(ProducerCore):
             kind=DATA, count=num_rows, producer_id=self.producer_id, epoch=self.epoch,
             base_sequence=seq, transactional=self.transactional_id is not None,
             txn_id=self.transactional_id, data=key, nbytes=nbytes, ts_min=ts_min,
-            ts_max=ts_max, untimed=untimed, parts=parts)
+            ts_max=ts_max, untimed=untimed, parts=parts, inline=inline or None)
         try:
             try:
                 res = self._append_with_retries(plog, spec)
@@ -210,14 +212,15 @@ class Appender(ProducerCore):
         items = list(by_tp.items())
         for i, (tp, parts) in enumerate(items):
             try:
+                inline = {w.key: w.inline for _, w in parts if w.inline is not None}
                 if len(parts) == 1:
                     w = parts[0][1]
                     base = self._append_object(tp, w.key, w.rows, w.nbytes, w.ts_min,
-                                               w.ts_max, w.untimed)
+                                               w.ts_max, w.untimed, inline=inline)
                 else:
                     base = self._append_object(tp, "", 0, 0, None, None, parts=[
                         (w.key, w.rows, w.nbytes, w.ts_min, w.ts_max, w.untimed)
-                        for _, w in parts])
+                        for _, w in parts], inline=inline)
             except BaseException as exc:
                 self._fail_batches([b for _, ps in items[i:] for b, _ in ps], exc)
                 # The later partitions' objects: no append named them (this one's may

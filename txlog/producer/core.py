@@ -44,7 +44,7 @@ class State(enum.Enum):
 
 _PRODUCER_KEYS = {"batch.size", "linger.ms", "buffer.memory", "enable.idempotence",
                   "append.parts", "commit.appends.batches", "transaction.timeout.ms",
-                  "retries", "max.request.size"}
+                  "retries", "max.request.size", "inline.batch.bytes"}
 
 
 #: Why sends fail while close() runs (compared by identity: begin_transaction() refuses too).
@@ -97,6 +97,10 @@ class ProducerCore:
         # appended by its COMMIT markers (format version 3; needs version 2's parts).
         self.commit_batches = self.append_parts and bool(cfg["commit.appends.batches"]) \
             and transactional_id is not None
+        # Batch objects up to this size travel inline in the entries that append them
+        # (format version 4: not while an older format is held back for older readers).
+        self.inline_bytes = int(cfg["inline.batch.bytes"]) if self.append_parts and \
+            cfg["commit.appends.batches"] else 0
         # Written batches a step left to the commit queued behind it (see _write_batches).
         self._deferred: list[tuple[list[tuple[TopicPartition, _PendingBatch]],
                                    list[_Written]]] = []

@@ -77,6 +77,8 @@ class _Written(NamedTuple):
     ts_min: int | None
     ts_max: int | None
     untimed: bool
+    #: The object's bytes, kept for its log entry to carry (inline.batch.bytes), or None.
+    inline: bytes | None = None
 
 
 Uploaded = Future[list[_Written]]
@@ -307,7 +309,8 @@ class Sender(Appender):
         batches = step.batches
         tables = [self._joined_table(b) for _, b in batches]
         items = [(tp, t) for (tp, _), t in zip(batches, tables, strict=True)]
-        return [_Written(key, nbytes, t.num_rows, *b.ts_range()) for t, (_, b), (key, nbytes)
+        return [_Written(key, size, t.num_rows, *b.ts_range(), inline=copy)
+                for t, (_, b), (key, size, copy)
                 in zip(tables, batches, self._write_objects(items), strict=True)]
 
     def _write_batches(self, batches: list[tuple[TopicPartition, _PendingBatch]],
@@ -458,19 +461,21 @@ class Sender(Appender):
 
 
     def _write_objects(self, items: list[tuple[TopicPartition, pa.Table]],
-                       ) -> list[tuple[str, int]]:
+                       ) -> list[tuple[str, int, bytes | None]]:
         """Write each table as a batch object (plain puts of unique names), side by side
         on a remote store: one after another, a commit across P partitions waited for P
         round trips before its decision."""
-        def put(item: tuple[TopicPartition, pa.Table]) -> tuple[str, int]:
-            return self.log.partition_log(item[0]).write_data(item[1])
+        def put(item: tuple[TopicPartition, pa.Table]) -> tuple[str, int, bytes | None]:
+            # A copy of the bytes is kept only for objects a log entry carries inline.
+            return self.log.partition_log(item[0]).write_object(
+                item[1], copy_up_to=self.inline_bytes)
 
         if len(items) < 2 or self.log.store.local_requests:
             return [put(x) for x in items]
         lanes = min(len(items), STEP_OBJECT_UPLOADS)
         # Each lane writes every lanes-th object in turn: at most that many puts at once.
         got = fanout.fan_out(lambda i: [put(x) for x in items[i::lanes]], range(lanes))
-        out: list[tuple[str, int]] = [("", 0)] * len(items)
+        out: list[tuple[str, int, bytes | None]] = [("", 0, None)] * len(items)
         for i, lane in enumerate(got):
             out[i::lanes] = lane
         return out

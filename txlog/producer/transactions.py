@@ -64,16 +64,19 @@ class _Completion:
     """A decided commit whose markers and CompleteCommit are still to be written: the
     producer's side of its end (the markers and Complete* are the coordinator's)."""
 
-    __slots__ = ("batches", "end", "markers", "prep")
+    __slots__ = ("batches", "end", "inline", "markers", "prep")
 
     def __init__(self, end: TxnEnd,
-                 batches: list[tuple[TopicPartition, _PendingBatch, str]]) -> None:
+                 batches: list[tuple[TopicPartition, _PendingBatch, str]],
+                 inline: dict[str, bytes] | None = None) -> None:
         assert end.prep is not None and not end.completed
         self.end = end
         self.prep: TxnRecord = end.prep  # the PrepareCommit that decided it
         # The batches (partition, batch, object key) its COMMIT markers append
         # (prep.pending): their futures resolve once the markers are written.
         self.batches = batches
+        # The bytes of those of them its markers carry copies of (inline.batch.bytes).
+        self.inline = inline or {}
         # Resolves once the markers are written (or failed to be: _settle retries them);
         # readers of this process wait for it (txlog.completions).
         self.markers: Future[None] = Future()
@@ -181,10 +184,11 @@ class TransactionManager(Accumulator):
 
     def _decide(self, commit: bool, pending: tuple[PendingAppend, ...] = (),
                 batches: list[tuple[TopicPartition, _PendingBatch, str]] | None = None,
-                ) -> None:
+                inline: dict[str, bytes] | None = None) -> None:
         """Write Prepare* (an abort also its markers and Complete*; a commit's are left
         to _complete_decided).  A commit's ``pending`` batch objects (``batches``) are
-        named in PrepareCommit and appended by its markers."""
+        named in PrepareCommit and appended by its markers, which carry copies of those
+        in ``inline``."""
         assert self.transactional_id is not None
         t0 = time.perf_counter()
         coord = self.log.coordinator
@@ -201,7 +205,7 @@ class TransactionManager(Accumulator):
             assert end.prep is not None
             self.producer_id, self.epoch = self._next_id(coord.complete(end.prep))
         else:
-            c = _Completion(end, batches or [])
+            c = _Completion(end, batches or [], inline)
             completions.track(self.log.store.identity, end.producer_id, end.epoch,
                               c.markers)
             self._completing = c
@@ -231,6 +235,8 @@ class TransactionManager(Accumulator):
                 raise
             group = self._append_unheld(group)
             pending, named = self._pending_appends(group)
+            inline = {w.key: w.inline for _, written in group for w in written
+                      if w.inline is not None}
             try:
                 self._settle()  # (as above)
             except BaseException as exc:
@@ -239,7 +245,7 @@ class TransactionManager(Accumulator):
             begin, self._unbegun = self._unbegun, []
             try:
                 self._begin_beside(begin, lambda: self._decide(
-                    commit=True, pending=pending, batches=named))
+                    commit=True, pending=pending, batches=named, inline=inline))
             except BaseException as exc:
                 if not isinstance(exc, (StorageError, OSError)) or _definite(exc):
                     self._drop_group(group, exc, discard=False)
@@ -406,13 +412,14 @@ class TransactionManager(Accumulator):
         coord = self.log.coordinator
         try:
             with completions.running():
-                coord.write_markers(c.prep)
+                coord.write_markers(c.prep, inline=c.inline)
         except BaseException as exc:
             _resolve(c.markers, exc)  # readers waiting for them go on
             if not isinstance(exc, Exception):
                 raise
             _log.debug("markers of a decided commit not written yet: %s", exc)
             return
+        c.inline = {}
         _resolve(c.markers)
         self._resolve_appended(c)
         with self._qlock:

@@ -65,6 +65,9 @@ class ObjectStore(abc.ABC):
     #: ``local_files``: every object is a file on this machine, at :meth:`full_path`,
     #: that another engine (pyarrow, Spark) can open directly.
     local_files: bool = False
+    #: ``writes_buffers``: :meth:`put_new` takes any bytes-like object (a memoryview of
+    #: an Arrow buffer), so a batch object is written without a copy into bytes.
+    writes_buffers: bool = False
 
     def __init__(self, url: str) -> None:
         self.url = url
@@ -109,12 +112,13 @@ class ObjectStore(abc.ABC):
     def put(self, key: str, data: bytes) -> None:
         """Write ``key`` (overwriting).  Readers never see a partial object."""
 
-    def put_new(self, key: str, data: bytes) -> None:
+    def put_new(self, key: str, data: bytes | memoryview) -> None:
         """Write a fresh, uniquely named object that nothing reads until a later write
         names it (a batch object before its log entry): complete once this returns, but
         a store may show part of it before, or leave part of it if the writer is killed.
-        By default, :meth:`put`."""
-        self.put(key, data)
+        ``data`` is bytes unless the store declares ``writes_buffers``.  By default,
+        :meth:`put`."""
+        self.put(key, data if isinstance(data, bytes) else bytes(data))
 
     @abc.abstractmethod
     def get(self, key: str) -> bytes:

@@ -143,3 +143,19 @@ def unreachable(exc: BaseException) -> bool:
             return True
         e = e.__cause__ or e.__context__
     return False
+
+
+def write_refused(exc: BaseException) -> bool:
+    """Whether ``exc`` (or an exception it wraps) says this client may not write there
+    (permissions, a read-only file system, 403): no retry mends it, unlike a timeout."""
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, PermissionError) or type(e).__name__ == "PermissionDeniedError" \
+                or (isinstance(e, OSError) and e.errno == errno.EROFS):
+            return True
+        if client_error_info(e)[1] == 403:
+            return True
+        e = e.__cause__ or e.__context__
+    return False

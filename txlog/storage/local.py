@@ -54,6 +54,7 @@ class LocalStore(ObjectStore):
     backend = "local"
     local_requests = True
     local_files = True
+    writes_buffers = True
 
     def __init__(self, url: str, root: str, *, fsync: bool = True, create: bool = True,
                  ) -> None:
@@ -126,7 +127,7 @@ class LocalStore(ObjectStore):
             self._dirs.clear()
         self._dirs.add(directory)
 
-    def _write_temp(self, final: str, data: bytes) -> str:
+    def _write_temp(self, final: str, data: bytes | memoryview) -> str:
         directory = os.path.dirname(final)
         if directory not in self._dirs:  # one stat per directory, not per write
             self._ensure_dir(directory)
@@ -143,7 +144,7 @@ class LocalStore(ObjectStore):
             os.close(fd)
         return tmp
 
-    def _write_all(self, fd: int, data: bytes, *, dsync: bool) -> None:
+    def _write_all(self, fd: int, data: bytes | memoryview, *, dsync: bool) -> None:
         """Write ``data`` to ``fd``; with fsync on, durable when this returns (``dsync``:
         the file was opened with O_DSYNC, so only a file of no bytes needs an fsync)."""
         view = memoryview(data)
@@ -254,7 +255,7 @@ class LocalStore(ObjectStore):
                 "which txlog needs for atomic create; use a local disk (ext4, xfs, apfs)"
             ) from exc
 
-    def put(self, key: str, data: bytes) -> None:
+    def put(self, key: str, data: bytes | memoryview) -> None:
         final = self._path(key)
         if _AT:
             directory, name = os.path.split(final)
@@ -269,12 +270,12 @@ class LocalStore(ObjectStore):
                 self._fsync_dir(os.path.dirname(final))
         self.counter.add("put", len(data))
 
-    def _replace(self, d: int, name: str, data: bytes) -> None:
+    def _replace(self, d: int, name: str, data: bytes | memoryview) -> None:
         tmp = f"{_TMP_PREFIX}{unique()}"
         self._create(d, tmp, data)
         os.replace(tmp, name, src_dir_fd=d, dst_dir_fd=d)  # (as os.rename: see _AT)
 
-    def put_new(self, key: str, data: bytes) -> None:
+    def put_new(self, key: str, data: bytes | memoryview) -> None:
         """Written in place, without a temp file and a rename: nothing reads the object
         before a later write names it (a killed writer may leave part of one, which
         nothing names)."""
@@ -293,7 +294,7 @@ class LocalStore(ObjectStore):
         self._at(directory, create)
         self.counter.add("put", len(data))
 
-    def _create(self, d: int, name: str, data: bytes) -> None:
+    def _create(self, d: int, name: str, data: bytes | memoryview) -> None:
         """Create ``name`` (which must not exist) in directory ``d`` with ``data``, its
         data durable with fsync on (its name only once the directory is synced)."""
         try:

@@ -12,8 +12,11 @@ Settling by read-back needs every writer's payload for a key to be unique (txlog
 writer token in every claimed object): two writers racing with identical bytes would both
 be told they won.
 
-Before a process first writes to a root, :meth:`RemoteStore.check_atomic_create` makes
-sure the server honours the condition at all (atomic_check.py).  Where the store is and
+Before a store's first request, :meth:`RemoteStore.check_bucket` makes sure its bucket or
+container exists (once per process and bucket): a mistyped name would otherwise read as an
+empty root, and some servers create a bucket on a first write.  Before a process first
+writes to a root, :meth:`RemoteStore.check_atomic_create` makes sure the server honours
+the condition at all (atomic_check.py).  Where the store is and
 how its clients are built is in remote_location.py; listing bounds in listing.py.
 """
 
@@ -24,7 +27,13 @@ import random
 import time
 from typing import Any
 
-from txlog.errors import AtomicCreateUnsupportedError, ObjectNotFoundError, StorageError
+from txlog.errors import (
+    AtomicCreateUnsupportedError,
+    BucketNotFoundError,
+    ObjectNotFoundError,
+    StorageError,
+)
+from txlog.layout import BUCKET_CHECK_PREFIX
 from txlog.storage import atomic_check, obstore_s3
 from txlog.storage.atomic_check import VERDICT_PREFIX
 from txlog.storage.base import ObjectStore, check_key
@@ -52,6 +61,8 @@ __all__ = ["PROBE_OPTION", "VERDICT_PREFIX", "RemoteStore", "classify_create_err
            "server_start_after"]
 
 _Keys = list[str]  # RemoteStore.list shadows the builtin inside the class body
+# Buckets this process found to exist, by (backend, endpoint, bucket): checked once each.
+_BUCKETS_FOUND: set[tuple[str, str, str]] = set()
 
 
 class RemoteStore(ObjectStore):
@@ -100,6 +111,7 @@ class RemoteStore(ObjectStore):
         self._ob_pid: int | None = None
         self._ob_kwargs = pick_client(url, backend, self.storage_options)
         self._rng = random.Random()
+        self._bucket_pending = (backend, self._endpoint, self.bucket) not in _BUCKETS_FOUND
         check_client_installed(backend)
 
     # -- pickling: Spark ships stores to worker processes ------------------------------
@@ -146,6 +158,54 @@ class RemoteStore(ObjectStore):
         delay = min(self.retry_max_delay, self.retry_base_delay * (2 ** (attempt - 1)))
         time.sleep(delay * self._rng.uniform(0.5, 1.0))
 
+    # -- the bucket ------------------------------------------------------------------
+
+    def check_bucket(self) -> None:
+        """Raise BucketNotFoundError if the bucket (or container) does not exist; runs
+        before this store's first request, and once per process and bucket.  An answer
+        that is not a clear "no such bucket" (no permission to ask, say) lets the
+        requests go on and say what they meet."""
+        if not self._bucket_pending:
+            return
+        where = (self.backend, self._endpoint, self.bucket)
+        self.counter.add("bucket")
+        try:
+            missing = self._bucket_missing()
+        except Exception as exc:
+            self._check_reachable(exc, deadline=0.0)
+            missing = False
+        if missing:
+            kind = "container" if self.backend == "azure" else "bucket"
+            at = f" at {self._endpoint}" if self._endpoint else ""
+            raise BucketNotFoundError(
+                f"no txlog root at {self.url}: its {kind} {self.bucket!r} does not exist"
+                f"{at}; check the {kind} name in the URL (and the endpoint), or create the "
+                f"{kind} first (txlog never creates one)")
+        _BUCKETS_FOUND.add(where)
+        self._bucket_pending = False
+
+    def _bucket_missing(self) -> bool:
+        """Whether the server says the bucket does not exist (one request)."""
+        fast = self.fast()
+        if fast is not None:
+            try:  # (a folder no txlog key is in: the list is empty when the bucket exists)
+                fast.list(self.prefix + BUCKET_CHECK_PREFIX.rstrip("/"), None)
+            except Exception as exc:
+                if "nosuchbucket" in str(exc).lower():
+                    return True
+                raise
+            return False
+        fs = self.fsspec()
+        try:
+            if self.backend == "s3":
+                fs.call_s3("list_objects_v2", Bucket=self.bucket, MaxKeys=1,
+                           Prefix=self.prefix + BUCKET_CHECK_PREFIX)
+            else:
+                fs.info(self.bucket)
+        except FileNotFoundError:
+            return True  # (s3fs says NoSuchBucket so; a listing finds no key otherwise)
+        return False
+
     # -- the one atomic primitive ------------------------------------------------------
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
@@ -154,6 +214,7 @@ class RemoteStore(ObjectStore):
         Returns True exactly when the object at ``key`` holds ``data`` because of this
         call.  Callers must make ``data`` unique per writer (see the module docstring).
         """
+        self.check_bucket()
         return self._put_if_absent(key, data)
 
     def _put_if_absent(self, key: str, data: bytes) -> bool:
@@ -241,6 +302,7 @@ class RemoteStore(ObjectStore):
 
     def put(self, key: str, data: bytes) -> None:
         path = self.fs_path(key)
+        self.check_bucket()
         self.counter.add("put", len(data))
         fast = self.fast()
         try:
@@ -253,6 +315,7 @@ class RemoteStore(ObjectStore):
 
     def get(self, key: str) -> bytes:
         path = self.fs_path(key)
+        self.check_bucket()
         fast = self.fast()
         try:
             data: bytes = fast.get(self.prefix + key) if fast is not None \
@@ -276,6 +339,7 @@ class RemoteStore(ObjectStore):
             self.size(key)
             return b""
         path = self.fs_path(key)
+        self.check_bucket()
         fast = self.fast()
         try:
             data: bytes = fast.get_range(self.prefix + key, start, end) if fast is not None \
@@ -298,6 +362,7 @@ class RemoteStore(ObjectStore):
 
     def size(self, key: str) -> int:
         path = self.fs_path(key)
+        self.check_bucket()
         self.counter.add("head")
         fast = self.fast()
         if fast is not None:
@@ -324,6 +389,7 @@ class RemoteStore(ObjectStore):
 
     def delete(self, key: str) -> None:
         path = self.fs_path(key)
+        self.check_bucket()
         self.counter.add("delete")
         fast = self.fast()
         try:
@@ -342,6 +408,7 @@ class RemoteStore(ObjectStore):
             # such a prefix into a different one.
             self.counter.add("list")
             return []
+        self.check_bucket()
         if self.backend == "s3":
             keys = self._list_s3(prefix, start_after)
         else:
@@ -442,6 +509,7 @@ class RemoteStore(ObjectStore):
         verdict is then stored); raises AtomicCreateUnsupportedError if it failed."""
         if not self._probe_pending:
             return
+        self.check_bucket()
         atomic_check.check(self, identity=self.identity, endpoint=self._endpoint,
                            probe=self.probe_atomic_create)
         self._probe_pending = False

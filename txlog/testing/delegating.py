@@ -26,6 +26,7 @@ class DelegatingStore(ObjectStore):
         # Callers pick strategies (e.g. parallel reads) by the capabilities.
         self.local_requests = inner.local_requests
         self.local_files = inner.local_files
+        self.writes_buffers = inner.writes_buffers
         self.counter = inner.counter
 
     def _call(self, kind: str, key: str, fn: Callable[..., _T], *args: Any) -> _T:
@@ -41,7 +42,7 @@ class DelegatingStore(ObjectStore):
     def put(self, key: str, data: bytes) -> None:
         self._call("put", key, self.inner.put, key, data)
 
-    def put_new(self, key: str, data: bytes) -> None:
+    def put_new(self, key: str, data: bytes | memoryview) -> None:
         self._call("put", key, self.inner.put_new, key, data)
 
     def get(self, key: str) -> bytes:

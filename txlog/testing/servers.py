@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import json
 import os
 import re
 import shutil
@@ -57,6 +58,9 @@ from typing import Any
 HOST = "127.0.0.1"
 S3_KEY = "txlog-test-key"
 S3_SECRET = "txlog-test-secret"
+#: A second identity that may only read and list (start_seaweed(read_only_identity=True)).
+S3_READER_KEY = "txlog-test-reader"
+S3_READER_SECRET = "txlog-test-reader-secret"
 S3_BUCKET = "txlog-test"
 START_TIMEOUT = 60.0
 STOP_TIMEOUT = 15.0
@@ -153,9 +157,18 @@ class SeaweedServer:
     owns_workdir: bool = True
     ports: dict[str, int] = field(default_factory=dict)
 
+    #: Whether the read-only identity (S3_READER_KEY) exists on this server.
+    has_reader: bool = False
+
     @property
     def url(self) -> str:
         return f"s3://{self.bucket}"
+
+    @property
+    def reader_storage_options(self) -> dict[str, Any]:
+        """Storage options of the identity that may read and list but not write."""
+        assert self.has_reader, "start_seaweed(read_only_identity=True) makes this identity"
+        return dict(self.storage_options, key=S3_READER_KEY, secret=S3_READER_SECRET)
 
     @property
     def storage_options(self) -> dict[str, Any]:
@@ -179,9 +192,23 @@ class SeaweedServer:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
 
-def _seaweed_args(weed: str, workdir: Path, bucket: str, p: dict[str, int]) -> list[str]:
+def _s3_config(workdir: Path) -> Path:
+    """An S3 identities file: the admin identity, and a reader that may read and list."""
+    path = workdir / "s3.json"
+    path.write_text(json.dumps({"identities": [
+        {"name": "admin", "credentials": [{"accessKey": S3_KEY, "secretKey": S3_SECRET}],
+         "actions": ["Admin", "Read", "List", "Tagging", "Write"]},
+        {"name": "reader", "credentials": [{"accessKey": S3_READER_KEY,
+                                            "secretKey": S3_READER_SECRET}],
+         "actions": ["Read", "List"]},
+    ]}))
+    return path
+
+
+def _seaweed_args(weed: str, workdir: Path, bucket: str, p: dict[str, int],
+                  s3_config: Path | None = None) -> list[str]:
     return [
-        weed, "mini",
+        weed, "mini", *([f"-s3.config={s3_config}"] if s3_config else []),
         f"-dir={workdir / 'data'}",
         f"-ip={HOST}", f"-ip.bind={HOST}",
         f"-s3.port={p['s3']}", f"-s3.port.grpc={p['s3_grpc']}",
@@ -243,8 +270,11 @@ def _wait_seaweed_ready(server: SeaweedServer, deadline: float) -> None:
 
 
 def start_seaweed(bucket: str = S3_BUCKET, workdir: str | os.PathLike[str] | None = None,
-                  timeout: float = START_TIMEOUT, attempts: int = 3) -> SeaweedServer:
+                  timeout: float = START_TIMEOUT, attempts: int = 3, *,
+                  read_only_identity: bool = False) -> SeaweedServer:
     """Start ``weed mini`` with a pre-created ``bucket``; returns once the bucket answers.
+    ``read_only_identity``: also an identity that may only read and list
+    (``reader_storage_options``).
 
     Raises ServerUnavailable when no ``weed`` binary is installed.  Retries with new
     ports if a port was taken between choosing and binding it.
@@ -266,14 +296,16 @@ def start_seaweed(bucket: str = S3_BUCKET, workdir: str | os.PathLike[str] | Non
         log = open(wd / "weed.log", "wb")  # noqa: SIM115 - handed to the child
         try:
             proc = subprocess.Popen(
-                _seaweed_args(weed, wd, bucket, ports), cwd=wd, env=env,
+                _seaweed_args(weed, wd, bucket, ports,
+                              _s3_config(wd) if read_only_identity else None), cwd=wd, env=env,
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
         finally:
             log.close()
         server = SeaweedServer(endpoint=f"http://{HOST}:{ports['s3']}", bucket=bucket,
-                               workdir=wd, process=proc, owns_workdir=owns, ports=ports)
+                               workdir=wd, process=proc, owns_workdir=owns, ports=ports,
+                               has_reader=read_only_identity)
         try:
             _wait_seaweed_ready(server, time.monotonic() + timeout)
             return server

@@ -180,6 +180,17 @@ class StoreContract:
         assert store.get("big.bin") == big
         assert store.size("big.bin") == len(big)
 
+    def test_put_new_from_a_buffer(self, store: ObjectStore) -> None:
+        """A store that declares ``writes_buffers`` writes a memoryview of an Arrow
+        buffer as its bytes (any store takes bytes)."""
+        import pyarrow as pa
+
+        data = random.Random(SEED).randbytes(200_000)
+        store.put_new("new.bin", memoryview(pa.py_buffer(data)) if store.writes_buffers
+                      else data)
+        assert store.get("new.bin") == data
+        assert store.size("new.bin") == len(data)
+
     def test_get_range(self, store: ObjectStore) -> None:
         data = bytes(range(256)) * 4
         store.put("r.bin", data)

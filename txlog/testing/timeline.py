@@ -162,6 +162,19 @@ def critical_chain(requests: Iterable[Request]) -> list[Request]:
     return chain
 
 
+def in_flight(requests: Iterable[Request], start: float, end: float) -> float:
+    """Seconds of ``[start, end]`` during which at least one of ``requests`` was in
+    flight (the union of their intervals, clipped to the window).  The rest of the window
+    is time with no request in flight: the client computing, or waiting for a CPU."""
+    busy, reach = 0.0, start
+    for r in sorted(requests, key=lambda r: r.start):
+        lo, hi = max(r.start, reach), min(r.end, end)
+        if hi > lo:
+            busy += hi - lo
+        reach = max(reach, min(r.end, end))
+    return busy
+
+
 @dataclass
 class Account:
     """What one operation cost: requests by kind, the sequential round trips before it
@@ -175,6 +188,9 @@ class Account:
     background: dict[str, int] = field(default_factory=dict)
     #: Every request counted in ``requests``, in order of start.
     all: list[Request] = field(default_factory=list)
+    #: Seconds of the call during which a request was in flight (see in_flight()); the
+    #: rest of the call had none.
+    busy: float = 0.0
 
     @property
     def total(self) -> int:
@@ -202,7 +218,8 @@ def account(requests: Iterable[Request], start: float, end: float, *,
                    sequential=len(chain),
                    sequential_by_kind=dict(Counter(r.kind for r in chain)),
                    chain=chain, background=dict(Counter(r.kind for r in later)),
-                   all=sorted(inside, key=lambda r: r.start))
+                   all=sorted(inside, key=lambda r: r.start),
+                   busy=in_flight(inside, start, end))
 
 
 def mean_counts(counts: Sequence[dict[str, int]]) -> dict[str, float]:

@@ -163,11 +163,12 @@ class Worker:
         oid = self.rec.invoke("init", {"txn_id": txn_id})
         p = None
         try:
-            # A share of instances writes the version-2 format (DATA entries before the
-            # decision, plain markers): both kinds of commit meet in the same logs.
+            # Shares of instances write the version-2 format (DATA entries before the
+            # decision, plain markers) and no inline copies: every kind meets in a log.
             p = self.log.producer(transactional_id=txn_id, **{
                 "commit.appends.batches": self.rng.random() >= float(
-                    self.spec.get("v2_commit_rate", 0.25))})
+                    self.spec.get("v2_commit_rate", 0.25)),
+                "inline.batch.bytes": 0 if self.rng.random() < 0.25 else 16_384})
             p.init_transactions()
         except Exception as exc:
             self.fail(oid, "init", exc)

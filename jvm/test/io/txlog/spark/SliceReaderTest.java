@@ -57,7 +57,20 @@ class SliceReaderTest {
             .add("value", DataTypes.BinaryType).add("offset", DataTypes.LongType);
         List<OutputColumn> columns = OutputColumn.plan(schema, false);
         Configuration conf = PlannedScanProvider.readerConf(new Configuration(), columns);
-        return new SliceReader(SlicePartition.of(slices), columns, batchSize, true, conf);
+        SlicePartition part = SlicePartition.ofSize(slices.size());
+        for (int i = 0; i < slices.size(); i++) {
+            String[] f = slices.get(i);
+            part.paths[i] = f[1];
+            part.topics[i] = f[2];
+            part.partitions[i] = Integer.parseInt(f[3]);
+            part.bases[i] = Long.parseLong(f[4]);
+            part.skips[i] = Long.parseLong(f[5]);
+            part.takes[i] = Long.parseLong(f[6]);
+            part.appendMs[i] = Long.parseLong(f[7]);
+            part.objectBytes[i] = Long.parseLong(f[9]);
+            part.addBytes(Long.parseLong(f[8]));
+        }
+        return new SliceReader(part, columns, batchSize, true, conf);
     }
 
     @Test

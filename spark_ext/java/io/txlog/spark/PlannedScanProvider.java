@@ -1,8 +1,6 @@
 package io.txlog.spark;
 
-import java.util.ArrayList;
 import java.util.EnumSet;
-import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.OptionalLong;
@@ -41,9 +39,8 @@ import org.apache.spark.util.SerializableConfiguration;
  * <ul>
  *   <li>{@code txlog.schema}: the output schema (JSON);</li>
  *   <li>{@code txlog.kind}: {@code kafka} or {@code typed} (how timestamp is derived);</li>
- *   <li>{@code txlog.plan}: one slice per line, tab-separated: group, path, topic, partition,
- *       base offset, first row, rows, append time (ms), estimated bytes, and the object's
- *       size as its log entry declares it (0: unknown);</li>
+ *   <li>{@code txlog.planFile}: the slices to read, grouped into input partitions, as a
+ *       {@link PlanFile} (deleted once read);</li>
  *   <li>{@code txlog.batchSize}: rows per columnar batch;</li>
  *   <li>{@code txlog.failOnDataLoss}: {@code false} skips objects deleted since planning.</li>
  * </ul>
@@ -51,7 +48,7 @@ import org.apache.spark.util.SerializableConfiguration;
 public final class PlannedScanProvider implements TableProvider {
     static final String SCHEMA = "txlog.schema";
     static final String KIND = "txlog.kind";
-    static final String PLAN = "txlog.plan";
+    static final String PLAN_FILE = "txlog.planFile";
     static final String BATCH_SIZE = "txlog.batchSize";
     static final String FAIL_ON_DATA_LOSS = "txlog.failOnDataLoss";
 
@@ -67,7 +64,7 @@ public final class PlannedScanProvider implements TableProvider {
         int batchSize = Integer.parseInt(options.getOrDefault(BATCH_SIZE, "4096"));
         boolean failOnDataLoss = !"false".equals(options.getOrDefault(FAIL_ON_DATA_LOSS, "true"));
         return new PlannedTable(schema, kafka, batchSize, failOnDataLoss,
-                                parsePlan(required(options, PLAN)));
+                                PlanFile.readAndDelete(required(options, PLAN_FILE)));
     }
 
     static String required(Map<String, String> options, String key) {
@@ -82,28 +79,6 @@ public final class PlannedScanProvider implements TableProvider {
 
     static StructType parseSchema(String json) {
         return (StructType) DataType.fromJson(json);
-    }
-
-    /** The plan's slices, grouped into input partitions in the order the driver gave. */
-    static List<SlicePartition> parsePlan(String plan) {
-        Map<Integer, List<String[]>> groups = new LinkedHashMap<>();
-        for (String line : plan.split("\n")) {
-            if (line.isEmpty()) {
-                continue;
-            }
-            String[] f = line.split("\t", -1);
-            if (f.length != 9 && f.length != 10) {
-                throw new IllegalArgumentException(
-                    "txlog planned scan: a plan line has " + f.length + " fields, not 10: "
-                        + line);
-            }
-            groups.computeIfAbsent(Integer.parseInt(f[0]), g -> new ArrayList<>()).add(f);
-        }
-        List<SlicePartition> out = new ArrayList<>();
-        for (List<String[]> rows : groups.values()) {
-            out.add(SlicePartition.of(rows));
-        }
-        return out;
     }
 
     /** {@code conf} set up for Spark's Parquet reader to read the stored columns of

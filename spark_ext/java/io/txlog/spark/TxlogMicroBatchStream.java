@@ -122,6 +122,7 @@ final class TxlogMicroBatchStream implements MicroBatchStream, SupportsTriggerAv
         ObjectNode req = request("stream_plan");
         req.put("start", start.json());
         req.put("end", end.json());
+        req.put("planFormat", PlanFile.VERSION);
         JsonNode plan = Planner.call(req);
         HadoopSettings.apply(plan.get("hadoopConf"));
         PlannedScanProvider.PlannedTable t = TxlogScan.plannedTable(plan);

@@ -52,7 +52,8 @@ final class TxlogScan implements Scan, SupportsReportStatistics {
         for (int i = 0; i < pushed.size(); i++) {
             s.append(i > 0 ? ", " : "").append(pushed.get(i));
         }
-        return s.append("]").append(planSummary).toString();
+        return s.append("]").append(planSummary).append(", reading ")
+            .append(TxlogTable.describe(options)).toString();
     }
 
     @Override
@@ -64,6 +65,7 @@ final class TxlogScan implements Scan, SupportsReportStatistics {
                 req.put("declared", table.schema().json());
             }
             req.set("filters", filters);
+            req.put("planFormat", PlanFile.VERSION);
             JsonNode plan = Planner.call(req);
             HadoopSettings.apply(plan.get("hadoopConf"));
             planned = new PlannedScanProvider.PlannedScan(plannedTable(plan), readSchema);
@@ -81,7 +83,7 @@ final class TxlogScan implements Scan, SupportsReportStatistics {
         return new PlannedScanProvider.PlannedTable(
             schema, plan.get("kafka").asBoolean(), TxlogMicroBatchStream.batchSize(),
             plan.get("failOnDataLoss").asBoolean(true),
-            PlannedScanProvider.parsePlan(plan.get("plan").asText()));
+            PlanFile.readAndDelete(plan.get("planFile").asText()));
     }
 
     @Override

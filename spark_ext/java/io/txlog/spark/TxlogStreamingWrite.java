@@ -30,16 +30,12 @@ final class TxlogStreamingWrite implements StreamingWrite {
 
     private final Map<String, String> options;
     private final LogicalWriteInfo info;
-    /** A write begun when the query was planned, for the first micro-batch. */
-    private JsonNode pending;
     /** The write of the micro-batch in progress (Spark runs one at a time per query). */
     private StagedWriteProvider.Spec current;
 
-    private TxlogStreamingWrite(Map<String, String> options, LogicalWriteInfo info,
-                                JsonNode begun) {
+    private TxlogStreamingWrite(Map<String, String> options, LogicalWriteInfo info) {
         this.options = options;
         this.info = info;
-        this.pending = begun;
     }
 
     /** The streaming write of {@code info}: this class's, or the Python source's when
@@ -48,11 +44,12 @@ final class TxlogStreamingWrite implements StreamingWrite {
     static StreamingWrite of(TxlogTable table, LogicalWriteInfo info, Supplier<Write> python) {
         Map<String, String> options = table.options(info.options());
         String why = table.unreachable(options);
-        JsonNode begun = null;
         if (why == null) {
-            begun = begin(options, info);
-            if (begun.has("fallback")) {
-                why = begun.get("fallback").asText();
+            // Checked only: a write is begun (an entry the planner keeps until its commit or
+            // abort) when a micro-batch runs, as Spark plans writes that never run.
+            JsonNode checked = call("stream_write_check", options, info);
+            if (checked.has("fallback")) {
+                why = checked.get("fallback").asText();
             }
         }
         if (why != null) {
@@ -60,13 +57,13 @@ final class TxlogStreamingWrite implements StreamingWrite {
                 + "source: {}", why);
             return python.get().toStreaming();
         }
-        TxlogStreamingWrite w = new TxlogStreamingWrite(options, info, begun);
+        TxlogStreamingWrite w = new TxlogStreamingWrite(options, info);
         LOG.info("txlog: format(\"txlog\") streaming write through the JVM connector: {}", w);
         return w;
     }
 
-    private static JsonNode begin(Map<String, String> options, LogicalWriteInfo info) {
-        ObjectNode req = Planner.request("stream_write_begin");
+    private static JsonNode call(String op, Map<String, String> options, LogicalWriteInfo info) {
+        ObjectNode req = Planner.request(op);
         req.set("options", Planner.options(options));
         req.put("schema", info.schema().json());
         return Planner.call(req);
@@ -75,8 +72,7 @@ final class TxlogStreamingWrite implements StreamingWrite {
     @Override
     public synchronized StreamingDataWriterFactory createStreamingWriterFactory(
             PhysicalWriteInfo physical) {
-        JsonNode begun = pending != null ? pending : begin(options, info);
-        pending = null;
+        JsonNode begun = call("stream_write_begin", options, info);
         if (begun.has("fallback")) {  // the topic changed kind since the query started
             throw new TxlogException("txlog.errors.ConfigError",
                 "the JVM writer no longer takes this streaming write ("
@@ -121,13 +117,7 @@ final class TxlogStreamingWrite implements StreamingWrite {
 
     @Override
     public String toString() {
-        String topic = null;
-        for (Map.Entry<String, String> e : options.entrySet()) {
-            if (e.getKey().equalsIgnoreCase("topic") || e.getKey().equalsIgnoreCase("option.topic")) {
-                topic = e.getValue();
-            }
-        }
-        return "txlog JVM streaming write [topic=" + topic + "]";
+        return "txlog JVM streaming write " + TxlogTable.describe(options);
     }
 
     /** Spark's streaming tasks name their epoch; the staged writer needs only the task. */

@@ -1,7 +1,10 @@
 package io.txlog.spark;
 
+import java.util.ArrayList;
 import java.util.EnumSet;
 import java.util.HashMap;
+import java.util.List;
+import java.util.Locale;
 import java.util.Map;
 import java.util.Set;
 
@@ -48,6 +51,47 @@ final class TxlogTable implements Table, SupportsRead, SupportsWrite {
     @SuppressWarnings("deprecation")  // columns() derives from it; Spark 4.3 still asks
     public StructType schema() {
         return schema;
+    }
+
+    /** What the table reads or writes, as plans and the streaming UI show it. */
+    @Override
+    public String toString() {
+        return "txlog " + describe(properties);
+    }
+
+    /**
+     * The topics and the root named by {@code options}, e.g. {@code [topic=out] at
+     * s3://bucket/lake}: never {@code storage_options}, which may hold credentials.
+     */
+    static String describe(Map<String, String> options) {
+        String[] names = {"topic", "subscribe", "subscribePattern", "assign"};
+        String[] values = new String[names.length];
+        String path = null;
+        String location = null;
+        for (Map.Entry<String, String> e : options.entrySet()) {
+            String k = e.getKey().toLowerCase(Locale.ROOT);
+            if (k.startsWith("option.")) {  // a catalog table's options
+                k = k.substring("option.".length());
+            }
+            for (int i = 0; i < names.length; i++) {
+                if (k.equals(names[i].toLowerCase(Locale.ROOT))) {
+                    values[i] = e.getValue();
+                }
+            }
+            if (k.equals("path")) {
+                path = e.getValue();
+            } else if (k.equals("location")) {
+                location = e.getValue();
+            }
+        }
+        List<String> what = new ArrayList<>();
+        for (int i = 0; i < names.length; i++) {
+            if (values[i] != null) {
+                what.add(names[i] + "=" + values[i]);
+            }
+        }
+        String root = path != null ? path : location;
+        return "[" + String.join(", ", what) + "]" + (root == null ? "" : " at " + root);
     }
 
     @Override

@@ -77,7 +77,12 @@ final class TxlogWrite implements Write {
 
     @Override
     public String description() {
-        return "txlog";
+        return "txlog write " + TxlogTable.describe(table.options(info.options()));
+    }
+
+    @Override
+    public String toString() {
+        return description();
     }
 
     @Override

@@ -1,0 +1,277 @@
+"""A read plan as arrays: the batch objects a Spark read returns, chosen and grouped with
+array operations over each partition's batch index as its checkpoint holds it (Arrow).
+
+A plan of millions of batch objects is never a Python object per object: this module
+decides exactly what :meth:`txlog.partition_state.PartitionState.read_indices` and
+:func:`spark_ext.read_plan.plan_slices` decide for each batch (the visible batches of a
+range, trimmed to it) and :func:`spark_ext.read_plan.group_slices` for the input
+partitions, over whole columns at once.  :class:`Slices` turns into
+:class:`~spark_ext.read_plan.FileSlice` tuples only where one is needed (the Python data
+source's tasks).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from txlog.partition_state import ISOLATION_LEVELS, READ_COMMITTED, VISIBLE
+from txlog.records import TopicPartition
+
+if TYPE_CHECKING:
+    from spark_ext.pushdown import Bounds
+    from spark_ext.read_plan import FileSlice
+    from txlog.partition_state import PartitionState
+
+_INTS = ("base_offset", "skip", "take", "append_ms", "nbytes", "object_bytes", "ts_min",
+         "ts_max")
+_VISIBLE = np.array(sorted(VISIBLE), dtype=np.int8)
+
+
+@dataclass
+class Slices:
+    """Slices of batch objects in partition and offset order, column by column: rows
+    ``[skip, skip + take)`` of object ``key`` (relative to the txlog root) of partition
+    ``tps[tp]``; offset of file row i is ``base_offset + i``.  ``nbytes`` is the slice's
+    estimated size, ``object_bytes`` the whole object's as its log declares it,
+    ``ts_min``/``ts_max`` the batch's recorded record times."""
+
+    tps: list[TopicPartition] = field(default_factory=list)
+    tp: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
+    key: pa.ChunkedArray = field(default_factory=lambda: pa.chunked_array([], pa.string()))
+    base_offset: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    skip: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    take: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    append_ms: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    nbytes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    whole: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+    object_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    ts_min: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    ts_max: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+
+    def __len__(self) -> int:
+        return len(self.tp)
+
+    def filter(self, keep: np.ndarray) -> Slices:
+        """The slices where ``keep`` (booleans) is true."""
+        out = Slices(self.tps, self.tp[keep], self.key.filter(pa.array(keep)))
+        out.whole = self.whole[keep]
+        for name in _INTS:
+            setattr(out, name, getattr(self, name)[keep])
+        return out
+
+    def objects(self) -> int:
+        """How many distinct batch objects the slices read (counted per partition: an
+        object belongs to the one partition whose log names it)."""
+        runs = [0, *(np.flatnonzero(np.diff(self.tp)) + 1).tolist(), len(self)]
+        return sum(_count_distinct(self.key[a:b]) for a, b in itertools.pairwise(runs)
+                   if b > a)
+
+    def file_slices(self, lo: int = 0, hi: int | None = None) -> list[FileSlice]:
+        """Slices ``[lo, hi)`` as FileSlice tuples."""
+        from spark_ext.read_plan import FileSlice
+
+        hi = len(self) if hi is None else hi
+        tps = self.tps
+        return [FileSlice(key, tps[t].topic, tps[t].partition, *rest) for key, t, *rest in zip(
+            self.key[lo:hi].to_pylist(), self.tp[lo:hi].tolist(),
+            self.base_offset[lo:hi].tolist(), self.skip[lo:hi].tolist(),
+            self.take[lo:hi].tolist(), self.append_ms[lo:hi].tolist(),
+            self.nbytes[lo:hi].tolist(), self.whole[lo:hi].tolist(),
+            self.object_bytes[lo:hi].tolist(), strict=True)]
+
+
+def read_indices(st: PartitionState, start: int, end: int | None, isolation: str,
+                 ) -> tuple[np.ndarray, int, int]:
+    """:meth:`PartitionState.read_indices`, as an array of batch positions."""
+    if isolation not in ISOLATION_LEVELS:
+        raise ValueError(f"unknown isolation level {isolation!r}")
+    none = np.zeros(0, np.int64)
+    limit = st.end_offset(isolation)
+    if end is not None:
+        limit = min(limit, end)
+    start = max(start, st.log_start_offset)
+    if start >= limit:
+        return none, start, start
+    return _positions(st.batches.arrow(), start, limit, isolation)
+
+
+def _positions(t: pa.Table, start: int, limit: int, isolation: str,
+               ) -> tuple[np.ndarray, int, int]:
+    bases = t.column("base_offset").to_numpy()
+    counts = t.column("count").to_numpy()
+    # The first batch whose end is above start (batch_index_at), then every batch
+    # starting below limit.
+    i = int(np.searchsorted(bases, start, "right")) - 1
+    first = 0 if i < 0 else (i + 1 if bases[i] + counts[i] <= start else i)
+    stop = first + int(np.searchsorted(bases[first:], limit, "left"))
+    keep = counts[first:stop] != 0
+    if isolation == READ_COMMITTED:
+        keep &= np.isin(t.column("status").to_numpy()[first:stop], _VISIBLE)
+    picked = np.flatnonzero(keep) + first
+    # Only the first and last batch can be cut by [start, limit); drop one left empty.
+    lo_i, hi_i = 0, len(picked)
+    while lo_i < hi_i and _empty(bases, counts, int(picked[lo_i]), start, limit):
+        lo_i += 1
+    while lo_i < hi_i and _empty(bases, counts, int(picked[hi_i - 1]), start, limit):
+        hi_i -= 1
+    return picked[lo_i:hi_i], start, limit
+
+
+def _bounds_and_positions(st: PartitionState, t: pa.Table, start: int, end: int,
+                          isolation: str) -> tuple[np.ndarray, int, int]:
+    limit = min(st.end_offset(isolation), end)
+    start = max(start, st.log_start_offset)
+    if start >= limit:
+        return np.zeros(0, np.int64), start, start
+    return _positions(t, start, limit, isolation)
+
+
+def _empty(bases: np.ndarray, counts: np.ndarray, i: int, start: int, limit: int) -> bool:
+    return max(int(bases[i]), start) >= min(int(bases[i] + counts[i]), limit)
+
+
+def partition_slices(states: Mapping[TopicPartition, PartitionState],
+                     ranges: Mapping[TopicPartition, tuple[int, int]], isolation: str,
+                     ) -> Slices:
+    """:func:`spark_ext.read_plan.plan_slices`, as columns."""
+    tps: list[TopicPartition] = []
+    parts: list[dict[str, np.ndarray]] = []
+    keys: list[pa.Array] = []
+    for tp, (start, end) in ranges.items():
+        if end <= start:
+            continue
+        st = states[tp]
+        t = st.batches.arrow()
+        picked, lo, limit = _bounds_and_positions(st, t, start, end, isolation)
+        if not len(picked):
+            continue
+        # A run of consecutive batches (nothing aborted in it) is a slice of each column,
+        # which copies nothing.
+        a, b = int(picked[0]), int(picked[-1]) + 1
+        pick: slice | np.ndarray = slice(a, b) if b - a == len(picked) else picked
+        col = {n: t.column(n).to_numpy()[pick] for n in
+               ("base_offset", "count", "row", "append_ms", "ts_min", "ts_max")}
+        data = t.column("data")
+        size, runs = _object_sizes(data, t.column("nbytes"), pick)
+        base, count, row = col["base_offset"], col["count"], col["row"]
+        first = np.maximum(base, lo)
+        take = np.minimum(base + count, limit) - first
+        parts.append({
+            "tp": np.full(len(picked), len(tps), np.int32),
+            "base_offset": base - row,
+            # Inside a compacted segment a run starts at file row ``row``: shifting the
+            # base keeps "offset of file row i = base_offset + i" true for its rows.
+            "skip": row + first - base, "take": take, "append_ms": col["append_ms"],
+            "nbytes": np.maximum(1, size * take // count),
+            # An object named by one batch holds exactly its rows.
+            "whole": (runs == 1) & (row == 0) & (take == count),
+            "object_bytes": size, "ts_min": col["ts_min"], "ts_max": col["ts_max"]})
+        keys.extend((data[a:b] if isinstance(pick, slice) else data.take(pick)).chunks)
+        tps.append(tp)
+    if not parts:
+        return Slices(tps)
+    out = Slices(tps, np.concatenate([p["tp"] for p in parts]),
+                 pa.chunked_array(keys, pa.string()))
+    out.whole = np.concatenate([p["whole"] for p in parts])
+    for name in _INTS:
+        setattr(out, name, np.concatenate([p[name] for p in parts]).astype(np.int64,
+                                                                              copy=False))
+    return out
+
+
+def _object_sizes(data: pa.ChunkedArray, nbytes: pa.ChunkedArray, pick: slice | np.ndarray,
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """For the batches at ``pick``: their object's size and how many batches name it (a
+    compacted segment's runs all name it; its size is recorded on one run)."""
+    own = nbytes.to_numpy()[pick]
+    if _distinct(data):
+        return own, np.ones(len(own), np.int64)
+    idx = pa.array(np.arange(len(data))[pick])
+    by = pa.table({"data": data, "nbytes": nbytes}).group_by("data").aggregate(
+        [("nbytes", "max"), ("nbytes", "count")])
+    at = pc.index_in(data.take(idx), value_set=by.column("data")).to_numpy()
+    return (by.column("nbytes_max").to_numpy()[at],
+            by.column("nbytes_count").to_numpy()[at])
+
+
+#: Odd multipliers of a hash of keys' bytes (fixed: plans do not depend on a run).
+_MIX = np.random.default_rng(32).integers(1, 2**63, 64, dtype=np.uint64) | np.uint64(1)
+
+
+def _count_distinct(keys: pa.ChunkedArray) -> int:
+    return len(keys) if _distinct(keys) else int(pc.count_distinct(keys).as_py())
+
+
+def _distinct(data: pa.ChunkedArray) -> bool:
+    """Whether no two batches name one object.  Keys of one length (txlog names its
+    objects so) are hashed 8 bytes at a time, which costs far less than a hash table of
+    strings; only equal hashes, or keys of several lengths, take the exact count."""
+    arr = data.combine_chunks() if data.num_chunks != 1 else data.chunk(0)
+    n = len(arr)
+    if n < 2:
+        return True
+    _, offset_buf, value_buf = arr.buffers()
+    if pa.types.is_string(arr.type) and value_buf is not None:
+        offsets = np.frombuffer(offset_buf, np.int32, n + 1, arr.offset * 4)
+        width = int(offsets[1] - offsets[0])
+        if 0 < width <= 8 * len(_MIX) and (np.diff(offsets) == width).all():
+            rows = np.frombuffer(value_buf, np.uint8)[offsets[0]:offsets[-1]].reshape(n, width)
+            words = -(-width // 8)
+            if words * 8 != width:
+                rows = np.concatenate([rows, np.zeros((n, words * 8 - width), np.uint8)], 1)
+            h = (np.ascontiguousarray(rows).view(np.uint64) * _MIX[:words]).sum(
+                axis=1, dtype=np.uint64)
+            h.sort()
+            if not (h[1:] == h[:-1]).any():
+                return True
+    return bool(pc.count_distinct(data).as_py() == n)
+
+
+def group_ids(nbytes: np.ndarray, tp: np.ndarray, *, min_partitions: int | None,
+              max_partition_bytes: int) -> np.ndarray:
+    """:func:`spark_ext.read_plan.group_slices` as each slice's group number: slices in
+    order, a group closed before the slice that would take it above the target size."""
+    from spark_ext.read_plan import MIN_SPLIT_BYTES
+
+    n = len(nbytes)
+    out = np.zeros(n, np.int32)
+    if not n:
+        return out
+    ends = np.cumsum(nbytes, dtype=np.int64)
+    total = int(ends[-1])
+    n_tps = len(np.unique(tp))
+    wanted = min_partitions if min_partitions is not None else n_tps
+    floor = 1 if min_partitions is not None else MIN_SPLIT_BYTES
+    target = min(max_partition_bytes, max(floor, math.ceil(total / max(1, wanted))))
+    pos, g = 0, 0
+    while pos < n:
+        before = int(ends[pos - 1]) if pos else 0
+        # Every slice whose running total stays within the target joins; at least one.
+        nxt = max(pos + 1, int(np.searchsorted(ends, before + target, "right")))
+        out[pos:nxt] = g
+        pos, g = nxt, g + 1
+    return out
+
+
+def prune_by_timestamp(s: Slices, b: Bounds, *, kafka_shaped: bool) -> Slices:
+    """:func:`spark_ext.pushdown.prune_by_timestamp` over columns: a slice lies in one
+    batch, whose recorded times (a typed topic's: its append time) must meet the bounds."""
+    from spark_ext.pushdown import _NONE
+
+    if b.ts_lo == -_NONE and b.ts_hi == _NONE:
+        return s
+    if kafka_shaped:
+        lo, hi = s.ts_min, s.ts_max
+        unknown = (lo > hi) | ((lo == 0) & (hi == 0))
+    else:
+        lo = hi = s.append_ms
+        unknown = np.zeros(len(s), bool)
+    return s.filter(unknown | ((hi >= b.ts_lo) & (lo <= b.ts_hi)))

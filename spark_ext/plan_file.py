@@ -1,0 +1,119 @@
+"""The binary plan txlog's JVM scan reads (``io.txlog.spark.PlanFile``): the slices of a
+planned read, grouped into Spark input partitions, as an Arrow IPC stream in a file on
+the driver (docs/formats.md, "Scan plans").
+
+A plan of millions of batch objects as text cost more to write, hold and parse than to
+plan; as Arrow, the columns go from the planner's arrays to the JVM's without a per-object
+step on the Python side, and each object is named relative to its folder (a partition's
+data folder), which the plan names once.  The plan is transient: the JVM deletes the file
+once read, and a version other than :data:`PLAN_VERSION` is refused on both sides.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import tempfile
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from spark_ext.hadoop_conf import HadoopLocation
+from spark_ext.plan_arrays import Slices
+from txlog import layout
+from txlog.errors import ConfigError
+
+#: The plan format this txlog writes; the JVM connector reads only its own.
+PLAN_VERSION = 1
+#: The schema metadata key of the plan's header (JSON).
+HEADER = b"txlog.plan"
+SCHEMA = pa.schema([
+    ("tp", pa.int32()),            # index into the header's "partitions"
+    ("dir", pa.int32()),           # index into the header's "dirs"
+    ("name", pa.string()),         # the object's name within its dir
+    ("base_offset", pa.int64()),
+    ("skip", pa.int64()),
+    ("take", pa.int64()),
+    ("append_ms", pa.int64()),
+    ("nbytes", pa.int64()),
+    ("object_bytes", pa.int64()),
+])
+_ROWS_PER_BATCH = 1 << 20
+
+
+def check_format(req: Mapping[str, Any]) -> None:
+    """Refuse a JVM connector that reads another plan format (a jar of another txlog)."""
+    got = req.get("planFormat")
+    if got != PLAN_VERSION:
+        raise ConfigError(
+            f"txlog's JVM connector reads scan plans of format {got!r} but this txlog writes "
+            f"format {PLAN_VERSION}: the jar on the Spark classpath is from another txlog "
+            "version. Use the jar this txlog ships (`python -m spark_ext.jvm_scan` prints "
+            "its path) in spark.jars")
+
+
+def encode(s: Slices, group_ids: np.ndarray, where: HadoopLocation) -> pa.Table:
+    """The plan as a table of :data:`SCHEMA` with its header; ``group_ids`` ascending."""
+    dirs: dict[str, int] = {}
+    dir_col = np.zeros(len(s), np.int32)
+    names: list[pa.Array] = []
+    runs = [0, *(np.flatnonzero(np.diff(s.tp)) + 1).tolist(), len(s)] if len(s) else [0]
+    for a, b in itertools.pairwise(runs):
+        tp = s.tps[int(s.tp[a])]
+        keys = s.key[a:b]
+        prefix = layout.data_prefix(tp.topic, tp.partition)
+        if pc.all(pc.starts_with(keys, prefix)).as_py():
+            dir_col[a:b] = dirs.setdefault(where.path(prefix), len(dirs))
+            # (counted in code points, as len() counts them)
+            names.extend(pc.utf8_slice_codeunits(keys, len(prefix)).chunks)
+            continue
+        # Objects elsewhere (a write's staging folder): named with their own folder.
+        own = []
+        for i, key in enumerate(keys.to_pylist(), start=a):
+            folder, _, name = key.rpartition("/")
+            dir_col[i] = dirs.setdefault(where.path(folder + "/"), len(dirs))
+            own.append(name)
+        names.append(pa.array(own, pa.string()))
+    ids = np.asarray(group_ids)
+    sizes = np.bincount(ids).tolist() if len(ids) else []
+    if len(ids) and (np.diff(ids) < 0).any():
+        raise ValueError("a plan's slices must come in group order")
+    header = {"version": PLAN_VERSION, "dirs": list(dirs),
+              "partitions": [[tp.topic, tp.partition] for tp in s.tps], "groups": sizes}
+    columns = [pa.array(s.tp.astype(np.int32, copy=False)), pa.array(dir_col),
+               pa.chunked_array(names, pa.string()),
+               *(pa.array(getattr(s, n).astype(np.int64, copy=False)) for n in
+                 ("base_offset", "skip", "take", "append_ms", "nbytes", "object_bytes"))]
+    return pa.Table.from_arrays(columns, schema=SCHEMA.with_metadata(
+        {HEADER: json.dumps(header)}))
+
+
+def write(s: Slices, group_ids: np.ndarray, where: HadoopLocation) -> str:
+    """Write the plan to a new file on this machine; returns its path (the reader deletes
+    it once read)."""
+    table = encode(s, group_ids, where)
+    fd, path = tempfile.mkstemp(prefix="txlog-plan-", suffix=".arrows")
+    os.close(fd)
+    try:
+        with pa.OSFile(path, "wb") as sink, pa.ipc.new_stream(sink, table.schema) as w:
+            w.write_table(table, max_chunksize=_ROWS_PER_BATCH)
+    except BaseException:
+        os.unlink(path)
+        raise
+    return path
+
+
+def read(path: str) -> tuple[dict[str, Any], pa.Table]:
+    """A plan file's header and slices (what the JVM reads; for tests and tools)."""
+    with pa.OSFile(path, "rb") as src:
+        table = pa.ipc.open_stream(src).read_all()
+    meta = table.schema.metadata or {}
+    header = json.loads(meta[HEADER])
+    if header.get("version") != PLAN_VERSION:
+        raise ConfigError(f"plan {path} has format {header.get('version')!r}, not "
+                          f"{PLAN_VERSION}")
+    return header, table

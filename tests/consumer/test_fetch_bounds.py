@@ -1,0 +1,87 @@
+"""What one poll decodes: at most fetch.max.bytes of decoded tables plus one batch object,
+whatever the records compress to (the byte limits are on stored sizes, as Kafka's are)."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+import txlog
+from txlog import TopicPartition, partition_log
+
+SEED = 3535
+FETCH_MAX = 256 * 1024
+BATCH = 64 * 1024
+RECORD = 1024
+
+
+def _values(kind: str, n: int) -> list[bytes]:
+    rng = random.Random(SEED)
+    if kind == "random":  # stored about as large as decoded
+        return [rng.randbytes(RECORD) for _ in range(n)]
+    # Compressible: decoded many times their stored size.
+    return [(b"%06d" % i) + bytes([rng.randrange(4)]) * (RECORD - 6) for i in range(n)]
+
+
+@pytest.mark.parametrize(("backend", "kind", "call"), [
+    ("local", "compressible", "poll"), ("local", "compressible", "poll_arrow"),
+    ("local", "random", "poll"), ("local", "random", "poll_arrow"),
+    # (a remote store fetches a poll's objects side by side, then decodes them in turn)
+    ("s3", "compressible", "poll_arrow")])
+def test_a_poll_decodes_at_most_fetch_max_bytes_and_one_object(
+        store_factory: Any, monkeypatch: pytest.MonkeyPatch, backend: str, kind: str,
+        call: str) -> None:
+    print(f"seed={SEED}")
+    url, options = store_factory.url(backend)
+    log = txlog.connect(url, {**options, "fsync": False} if backend == "local" else options)
+    log.create_topic("t", 2)
+    values = {p: _values(kind, 600) for p in (0, 1)}
+    prod = log.producer(batch_size=BATCH, linger_ms=60_000)
+    for i in range(600):
+        for p in (0, 1):
+            prod.send("t", values[p][i], partition=p)
+    prod.flush()
+    prod.close()
+
+    decoded: list[int] = []  # the decoded size of every object this poll read
+    real = partition_log.decode_parquet
+
+    def counting(*args: Any, **kwargs: Any) -> pa.Table:
+        table = real(*args, **kwargs)
+        decoded.append(table.nbytes)
+        return table
+
+    monkeypatch.setattr(partition_log, "decode_parquet", counting)
+    c = log.consumer(fetch_max_bytes=FETCH_MAX, max_partition_fetch_bytes=FETCH_MAX)
+    c.assign([TopicPartition("t", 0), TopicPartition("t", 1)])
+    c.seek_to_beginning()
+    got: dict[int, list[bytes]] = {0: [], 1: []}
+    largest_object = 0
+    polls = 0
+    while True:
+        decoded.clear()
+        if call == "poll":
+            recs = c.poll(max_records=100_000)
+            if not recs:
+                break
+            for r in recs:
+                got[r.partition].append(r.value or b"")
+        else:
+            t = c.poll_arrow(max_records=100_000)
+            if not t.num_rows:
+                break
+            for p, v in zip(t.column("partition").to_pylist(), t.column("value").to_pylist(),
+                            strict=True):
+                got[p].append(v)
+        polls += 1
+        largest_object = max(largest_object, *decoded)
+        assert sum(decoded) <= FETCH_MAX + max(decoded), (
+            f"poll {polls} decoded {sum(decoded)} bytes in {len(decoded)} objects "
+            f"(largest {max(decoded)}), fetch.max.bytes {FETCH_MAX}")
+    # Every record once, in order: a poll cut short by the limit leaves the rest for the next.
+    assert got == values
+    assert largest_object < FETCH_MAX
+    assert polls > 1
