@@ -81,6 +81,23 @@ public final class PlannedScanProvider implements TableProvider {
         return (StructType) DataType.fromJson(json);
     }
 
+    /** {@code conf} set up for Spark's Parquet reader to read the stored columns of
+     * {@code columns} with the types the scan returns. */
+    static Configuration readerConf(Configuration conf, List<OutputColumn> columns) {
+        conf.set("parquet.read.support.class", ParquetReadSupport.class.getName());
+        conf.set(ParquetReadSupport.SPARK_ROW_REQUESTED_SCHEMA(),
+                 OutputColumn.storedSchema(columns).json());
+        conf.setBoolean(SQLConf.PARQUET_BINARY_AS_STRING().key(), false);
+        conf.setBoolean(SQLConf.PARQUET_INT96_AS_TIMESTAMP().key(), true);
+        conf.setBoolean(SQLConf.CASE_SENSITIVE().key(), true);
+        conf.setBoolean(SQLConf.PARQUET_INFER_TIMESTAMP_NTZ_ENABLED().key(), true);
+        conf.setBoolean(SQLConf.LEGACY_PARQUET_NANOS_AS_LONG().key(), false);
+        // Parquet's decompressor takes a buffer of this size for every page it inflates;
+        // Spark sets 64 KiB, mostly zeroed for nothing on the small pages of batch objects.
+        conf.setInt("io.file.buffer.size", 8192);
+        return conf;
+    }
+
     static final class PlannedTable implements Table, SupportsRead {
         private final StructType schema;
         private final boolean kafka;
@@ -187,15 +204,7 @@ public final class PlannedScanProvider implements TableProvider {
             // scan does: building one per object costs milliseconds each. It also carries
             // the session's filesystem settings (credentials, endpoints, including those set
             // with spark.conf.set at runtime) to the executors.
-            Configuration conf = session.sessionState().newHadoopConf();
-            conf.set("parquet.read.support.class", ParquetReadSupport.class.getName());
-            conf.set(ParquetReadSupport.SPARK_ROW_REQUESTED_SCHEMA(),
-                     OutputColumn.storedSchema(columns).json());
-            conf.setBoolean(SQLConf.PARQUET_BINARY_AS_STRING().key(), false);
-            conf.setBoolean(SQLConf.PARQUET_INT96_AS_TIMESTAMP().key(), true);
-            conf.setBoolean(SQLConf.CASE_SENSITIVE().key(), true);
-            conf.setBoolean(SQLConf.PARQUET_INFER_TIMESTAMP_NTZ_ENABLED().key(), true);
-            conf.setBoolean(SQLConf.LEGACY_PARQUET_NANOS_AS_LONG().key(), false);
+            Configuration conf = readerConf(session.sessionState().newHadoopConf(), columns);
             return new SliceReaderFactory(columns, table.batchSize, table.failOnDataLoss,
                                           SerializableConfiguration.broadcast(sc, conf));
         }

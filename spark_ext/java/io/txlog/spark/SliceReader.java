@@ -1,24 +1,35 @@
 package io.txlog.spark;
 
+import java.io.EOFException;
 import java.io.FileNotFoundException;
 import java.io.IOException;
+import java.nio.ByteBuffer;
+import java.nio.channels.FileChannel;
+import java.nio.file.NoSuchFileException;
+import java.nio.file.StandardOpenOption;
 import java.util.List;
 
 import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.fs.ChecksumFileSystem;
+import org.apache.hadoop.fs.FSDataInputStream;
 import org.apache.hadoop.fs.FileStatus;
+import org.apache.hadoop.fs.FileSystem;
 import org.apache.hadoop.fs.Path;
+import org.apache.hadoop.fs.RawLocalFileSystem;
 import org.apache.hadoop.mapred.FileSplit;
 import org.apache.hadoop.mapreduce.TaskAttemptID;
 import org.apache.hadoop.mapreduce.task.TaskAttemptContextImpl;
+import org.apache.hadoop.util.functional.FutureIO;
 import org.apache.parquet.HadoopReadOptions;
 import org.apache.parquet.ParquetReadOptions;
 import org.apache.parquet.hadoop.ParquetFileReader;
 import org.apache.parquet.hadoop.metadata.BlockMetaData;
 import org.apache.parquet.hadoop.metadata.ParquetMetadata;
 import org.apache.parquet.hadoop.util.HadoopInputFile;
+import org.apache.parquet.io.InputFile;
 import org.apache.parquet.io.SeekableInputStream;
 import org.apache.spark.sql.connector.read.PartitionReader;
-import org.apache.spark.sql.execution.datasources.parquet.VectorizedParquetRecordReader;
+import org.apache.spark.sql.execution.vectorized.WritableColumnVector;
 import org.apache.spark.sql.vectorized.ColumnVector;
 import org.apache.spark.sql.vectorized.ColumnarBatch;
 import org.apache.spark.unsafe.types.UTF8String;
@@ -44,8 +55,13 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
     private int slice = -1;
     private long pos;          // next row of the object to return
     private long end;          // end of the current slice (exclusive)
-    private VectorizedParquetRecordReader file;
+    private final int capacity;  // rows of the reader's vectors, whatever an object's size
+    private ReusedReader file;
     private String filePath;   // the object file reads
+    private long fileRows;     // rows in that object (its footer's)
+    private ParquetReadOptions readOptions;
+    private FileSystem fs;     // the file system of the objects read (one root per read)
+    private int readersOpened;
     private String footerPath; // the object whose row count footerRows is
     private long footerRows;
     private long batchStart;   // object row of the file reader's current batch's first row
@@ -60,6 +76,35 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
         this.columns = columns;
         this.storedNames = OutputColumn.storedNames(columns);
         this.batchSize = batchSize;
+        long rows = 1;
+        for (int i = 0; i < part.size(); i++) {
+            rows = Math.max(rows, part.skips[i] + part.takes[i]);
+        }
+        this.capacity = (int) Math.min(batchSize, rows);
+    }
+
+    /** How many Parquet readers were set up (objects not carried on to by the last). */
+    int readersOpened() {
+        return readersOpened;
+    }
+
+    /** The most rows any of the reader's column vectors holds (bounded by the scan's batch
+     * size, whatever an object's size); 0 while no object is open. */
+    int vectorCapacity() throws ReflectiveOperationException {
+        // Spark keeps a vector's capacity to itself; this is for tests only.
+        java.lang.reflect.Field capacityOf =
+            WritableColumnVector.class.getDeclaredField("capacity");
+        capacityOf.setAccessible(true);
+        int most = 0;
+        if (file != null) {
+            ColumnarBatch b = file.resultBatch();
+            for (int i = 0; i < b.numCols(); i++) {
+                if (b.column(i) instanceof WritableColumnVector) {
+                    most = Math.max(most, capacityOf.getInt(b.column(i)));
+                }
+            }
+        }
+        return most;
     }
 
     @Override
@@ -79,7 +124,6 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
             // from the current batch instead of reopening it and decoding from row 0.
             boolean readOn = file != null && part.paths[slice].equals(filePath) && pos >= batchStart;
             if (!readOn) {
-                closeFile();
                 if (!openFile()) {
                     pos = end;  // gone, and failOnDataLoss=false: skipped, as format("txlog") does
                 }
@@ -139,7 +183,7 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
             if (!part.paths[slice].equals(footerPath)) {  // a segment's runs share one footer
                 Opened o;
                 try {
-                    o = open(path, conf);
+                    o = open(path, conf, false);
                 } catch (FileNotFoundException e) {
                     return gone(e);
                 }
@@ -157,19 +201,40 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
         }
         Opened o;
         try {
-            o = open(path, conf);
+            o = open(path, conf, true);
         } catch (FileNotFoundException e) {
+            closeFile();
             return gone(e);
+        } catch (IOException | RuntimeException e) {
+            closeFile();
+            throw e;
         }
-        // Vectors sized for the rows this object gives (a batch object is often far
-        // smaller than a columnar batch): they are allocated anew for every object.
-        int capacity = (int) Math.max(1, Math.min(batchSize, end));
-        VectorizedParquetRecordReader reader = new VectorizedParquetRecordReader(false, capacity);
+        // A reader that has returned every row of its object goes on to the next one (of
+        // the same schema) with its vectors and set-up: objects are often a few hundred rows.
+        boolean drained = file != null && batchStart + batchRows == fileRows;
+        if (drained && o.whole != null) {
+            boolean carried;
+            try {
+                carried = file.carryOn(path, o.whole, o.footer, readOptions(path, conf));
+            } catch (IOException | RuntimeException e) {
+                o.stream.close();
+                closeFile();
+                throw unreadable(e);
+            }
+            if (carried) {
+                o.stream.close();
+                startObject(o);
+                return true;
+            }
+        }
+        closeFile();
+        ReusedReader reader = new ReusedReader(capacity);
+        readersOpened++;
         // The split covers the whole object (row groups are picked by their midpoint).
         FileSplit split = new FileSplit(path, 0, Long.MAX_VALUE, (String[]) null);
         try {
             try {
-                reader.initialize(split, context, Option.apply(o.file), Option.apply(o.stream),
+                reader.initialize(split, context, Option.apply(o.file(conf)), Option.apply(o.stream),
                                   Option.apply(o.footer));
             } catch (NoSuchMethodError e) {  // a Spark without it: the reader opens the object
                 o.stream.close();
@@ -183,59 +248,166 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
             throw unreadable(e);
         }
         file = reader;
-        filePath = part.paths[slice];
-        batchStart = 0;
-        batchRows = 0;
+        startObject(o);
         return true;
     }
 
-    /** An object opened with its footer read; the stream is positioned for the rows. */
+    private void startObject(Opened o) {
+        filePath = part.paths[slice];
+        fileRows = 0;
+        for (BlockMetaData block : o.footer.getBlocks()) {
+            fileRows += block.getRowCount();
+        }
+        batchStart = 0;
+        batchRows = 0;
+    }
+
+    private ParquetReadOptions readOptions(Path path, Configuration conf) {
+        if (readOptions == null) {
+            readOptions = HadoopReadOptions.builder(conf, path).build();
+        }
+        return readOptions;
+    }
+
+    /** An object opened with its footer read; the stream is positioned for the rows.
+     * {@code whole} holds the object's bytes where it was read whole, else null. */
     private static final class Opened {
-        final HadoopInputFile file;
+        final Path path;
+        final FileStatus status;  // null: the size is not known
+        final ObjectBytes whole;
         final SeekableInputStream stream;
         final ParquetMetadata footer;
 
-        Opened(HadoopInputFile file, SeekableInputStream stream, ParquetMetadata footer) {
-            this.file = file;
+        Opened(Path path, FileStatus status, ObjectBytes whole, SeekableInputStream stream,
+               ParquetMetadata footer) {
+            this.path = path;
+            this.status = status;
+            this.whole = whole;
             this.stream = stream;
             this.footer = footer;
         }
+
+        HadoopInputFile file(Configuration conf) throws IOException {
+            return status != null ? HadoopInputFile.fromStatus(status, conf)
+                : HadoopInputFile.fromPath(path, conf);
+        }
     }
 
-    private Opened open(Path path, Configuration conf) throws IOException {
+    /**
+     * Opens the current slice's object at the size its log entry declares. An object read
+     * for its rows and no larger than {@link #WHOLE_MAX} is read whole in one request and
+     * checked against the CRC-32 its key names; others are streamed, unchecked.
+     */
+    private Opened open(Path path, Configuration conf, boolean rowsToo) throws IOException {
         long declared = part.objectBytes[slice];
-        HadoopInputFile in;
+        FileStatus status = declared > 0 ? new FileStatus(declared, false, 1, 0, 0, path) : null;
+        ObjectBytes whole = null;
+        InputFile in;
         SeekableInputStream stream;
         try {
-            in = declared > 0
-                ? HadoopInputFile.fromStatus(new FileStatus(declared, false, 1, 0, 0, path), conf)
-                : HadoopInputFile.fromPath(path, conf);
+            if (rowsToo && declared > 0 && declared <= WHOLE_MAX) {
+                whole = new ObjectBytes(readWhole(path, status, conf));
+                in = whole;
+            } else {
+                in = status != null ? HadoopInputFile.fromStatus(status, conf)
+                    : HadoopInputFile.fromPath(path, conf);
+            }
             stream = in.newStream();
         } catch (FileNotFoundException e) {
             throw e;
+        } catch (EOFException e) {  // shorter than declared
+            throw openFailure(path, conf, declared, null, e);
         } catch (IOException | RuntimeException e) {
             throw unreadable(e);
         }
         try {
-            ParquetReadOptions options = HadoopReadOptions.builder(conf, path).build();
-            return new Opened(in, stream, ParquetFileReader.readFooter(in, options, stream));
+            ParquetMetadata footer = ParquetFileReader.readFooter(in, readOptions(path, conf),
+                                                                  stream);
+            if (whole != null) {
+                whole.verify(part.paths[slice]);
+            }
+            return new Opened(path, status, whole, stream, footer);
         } catch (IOException | RuntimeException e) {
             stream.close();
-            if (declared > 0) {
-                long actual = path.getFileSystem(conf).getFileStatus(path).getLen();  // FNF: gone
-                if (actual != declared) {
-                    throw new IOException(
-                        "txlog: cannot read batch object " + part.paths[slice] + ": it is "
-                            + actual + " bytes, but its log entry says " + declared + "; it is "
-                            + "corrupt, truncated or was replaced. Check it with `txlog check`.",
-                        e);
+            throw openFailure(path, conf, declared, whole, e);
+        }
+    }
+
+    /** An object of at most this many bytes is read whole: one request instead of one for
+     * its footer and one or more for its columns (it is held while its rows are read). */
+    static final long WHOLE_MAX = 8L << 20;
+
+    private byte[] readWhole(Path path, FileStatus status, Configuration conf)
+        throws IOException {
+        byte[] data = new byte[(int) status.getLen()];
+        FileSystem fsys = fileSystem(path, conf);
+        if (fsys instanceof ChecksumFileSystem) {
+            fsys = ((ChecksumFileSystem) fsys).getRawFileSystem();
+        }
+        // On local disk: read the file directly (Hadoop's local file system looks it up
+        // first, and its checksummed variant looks for a .crc file beside it; txlog's
+        // objects have none, their CRC-32 is in their key).
+        if (fsys instanceof RawLocalFileSystem) {
+            readLocal(((RawLocalFileSystem) fsys).pathToFile(path).toPath(), data);
+            return data;
+        }
+        FSDataInputStream in = FutureIO.awaitFuture(
+            fsys.openFile(path).withFileStatus(status)
+                .opt("fs.option.openfile.read.policy", "whole-file").build());
+        try {
+            in.readFully(0, data);
+        } finally {
+            in.close();
+        }
+        return data;
+    }
+
+    private static void readLocal(java.nio.file.Path file, byte[] data) throws IOException {
+        try (FileChannel ch = FileChannel.open(file, StandardOpenOption.READ)) {
+            ByteBuffer buf = ByteBuffer.wrap(data);
+            while (buf.hasRemaining()) {
+                if (ch.read(buf, buf.position()) < 0) {
+                    throw new EOFException(file + " ends at byte " + buf.position());
                 }
             }
-            if (e instanceof FileNotFoundException) {
-                throw (FileNotFoundException) e;
-            }
-            throw unreadable(e);
+        } catch (NoSuchFileException e) {
+            FileNotFoundException gone = new FileNotFoundException(file + " does not exist");
+            gone.initCause(e);
+            throw gone;
         }
+    }
+
+    private FileSystem fileSystem(Path path, Configuration conf) throws IOException {
+        java.net.URI u = path.toUri();
+        if (fs == null || !java.util.Objects.equals(u.getScheme(), fs.getUri().getScheme())
+            || !java.util.Objects.equals(u.getAuthority(), fs.getUri().getAuthority())) {
+            fs = path.getFileSystem(conf);
+        }
+        return fs;
+    }
+
+    /** The error for an object that could not be read: its size if that differs from the
+     * declared one (FileNotFoundException: gone), else its checksum if it was read whole
+     * and fails it, else {@code e} as it is. */
+    private IOException openFailure(Path path, Configuration conf, long declared,
+                                     ObjectBytes whole, Exception e) throws IOException {
+        if (declared > 0) {
+            long actual = path.getFileSystem(conf).getFileStatus(path).getLen();  // FNF: gone
+            if (actual != declared) {
+                return new IOException(
+                    "txlog: cannot read batch object " + part.paths[slice] + ": it is "
+                        + actual + " bytes, but its log entry says " + declared + "; it is "
+                        + "corrupt, truncated or was replaced. Check it with `txlog check`.",
+                    e);
+            }
+        }
+        if (e instanceof FileNotFoundException) {
+            throw (FileNotFoundException) e;
+        }
+        if (whole != null) {
+            whole.verify(part.paths[slice]);  // a damaged object is named as such
+        }
+        return unreadable(e);
     }
 
     /** The current slice's object is gone: fail, or (failOnDataLoss=false) say false. */
@@ -302,7 +474,7 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
 
     private void closeFile() throws IOException {
         if (file != null) {
-            VectorizedParquetRecordReader f = file;
+            ReusedReader f = file;
             file = null;
             f.close();
         }

@@ -1,0 +1,88 @@
+package io.txlog.spark;
+
+import java.io.ByteArrayInputStream;
+import java.io.IOException;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
+import java.util.zip.CRC32;
+
+import org.apache.parquet.io.DelegatingSeekableInputStream;
+import org.apache.parquet.io.InputFile;
+import org.apache.parquet.io.SeekableInputStream;
+
+/**
+ * A batch object read whole into memory: one request for its footer and its columns, and
+ * its bytes checked against the CRC-32 its key names, as the Python reader checks them.
+ */
+final class ObjectBytes implements InputFile {
+    private static final Pattern TAG = Pattern.compile("\\.crc32-([0-9a-f]{8})\\.[a-z]+$");
+
+    private final byte[] data;
+
+    ObjectBytes(byte[] data) {
+        this.data = data;
+    }
+
+    /** The checksum {@code key} names, or -1 for a key without one (older objects, and
+     * those the JVM writer stages). */
+    static long expectedCrc(String key) {
+        Matcher m = TAG.matcher(key);
+        return m.find() ? Long.parseLong(m.group(1), 16) : -1;
+    }
+
+    /** Fails when the bytes do not match the checksum in {@code key}. */
+    void verify(String key) throws IOException {
+        long want = expectedCrc(key);
+        if (want < 0) {
+            return;
+        }
+        CRC32 crc = new CRC32();
+        crc.update(data, 0, data.length);
+        if (crc.getValue() != want) {
+            throw new IOException(String.format(
+                "txlog: batch object %s fails its checksum (CRC-32 %08x, its name says %08x): "
+                    + "its bytes were damaged after it was written. Restore it from a backup; "
+                    + "readers will not return its records.", key, crc.getValue(), want));
+        }
+    }
+
+    @Override
+    public long getLength() {
+        return data.length;
+    }
+
+    @Override
+    public SeekableInputStream newStream() {
+        Bytes in = new Bytes(data);
+        return new DelegatingSeekableInputStream(in) {
+            @Override
+            public long getPos() {
+                return in.position();
+            }
+
+            @Override
+            public void seek(long newPos) throws IOException {
+                if (newPos < 0 || newPos > data.length) {
+                    throw new IOException("seek to " + newPos + " outside an object of "
+                                          + data.length + " bytes");
+                }
+                in.moveTo((int) newPos);
+            }
+        };
+    }
+
+    /** A stream over the bytes that can be repositioned. */
+    private static final class Bytes extends ByteArrayInputStream {
+        Bytes(byte[] data) {
+            super(data);
+        }
+
+        int position() {
+            return pos;
+        }
+
+        void moveTo(int p) {
+            pos = p;
+        }
+    }
+}
