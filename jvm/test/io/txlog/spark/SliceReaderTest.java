@@ -2,6 +2,7 @@ package io.txlog.spark;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.io.IOException;
@@ -9,6 +10,7 @@ import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Random;
 
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.Path;
@@ -53,10 +55,14 @@ class SliceReaderTest {
     }
 
     private static SliceReader reader(List<String[]> slices, int batchSize) {
+        return reader(slices, batchSize, new Configuration());
+    }
+
+    private static SliceReader reader(List<String[]> slices, int batchSize, Configuration base) {
         StructType schema = new StructType()
             .add("value", DataTypes.BinaryType).add("offset", DataTypes.LongType);
         List<OutputColumn> columns = OutputColumn.plan(schema, false);
-        Configuration conf = PlannedScanProvider.readerConf(new Configuration(), columns);
+        Configuration conf = PlannedScanProvider.readerConf(base, columns);
         SlicePartition part = SlicePartition.ofSize(slices.size());
         for (int i = 0; i < slices.size(); i++) {
             String[] f = slices.get(i);
@@ -131,5 +137,116 @@ class SliceReaderTest {
         }
         assertEquals(want, values);
         assertEquals(wantOffsets, offsets);
+    }
+
+    /** Prefetch on (on local disk too), at most {@code objects} objects ahead. */
+    private static Configuration prefetching(int objects, long bytes) {
+        Configuration conf = new Configuration();
+        conf.setBoolean(SliceReader.PREFETCH_LOCAL, true);
+        conf.setInt(SliceReader.PREFETCH_OBJECTS, objects);
+        conf.setLong(SliceReader.PREFETCH_BYTES, bytes);
+        return conf;
+    }
+
+    private static long prefetchThreads() {
+        return Thread.getAllStackTraces().keySet().stream()
+            .filter(t -> t.isAlive() && t.getName().startsWith(ObjectPrefetch.THREAD_PREFIX))
+            .count();
+    }
+
+    /** Objects of random sizes, read in full or in part; returns the values and offsets
+     * the reader must return, in order. */
+    private List<String[]> manyObjects(int n, long seed, List<String> want, List<Long> wantOffsets)
+        throws IOException {
+        Random rng = new Random(seed);
+        List<String[]> slices = new ArrayList<>();
+        long base = 0;
+        for (int o = 0; o < n; o++) {
+            int rows = 1 + rng.nextInt(400);
+            int skip = rng.nextInt(4) == 0 ? rng.nextInt(rows) : 0;
+            int take = rows - skip - (rng.nextInt(4) == 0 ? rng.nextInt(rows - skip) : 0);
+            slices.add(slice(write("s" + seed + "m" + o, rows), base, skip, take));
+            for (long i = skip; i < skip + take; i++) {
+                want.add("s" + seed + "m" + o + "-" + i);
+                wantOffsets.add(base + i);
+            }
+            base += rows;
+        }
+        return slices;
+    }
+
+    @Test
+    void prefetchReturnsEveryRowInOrderAndLeavesNoThread() throws Exception {
+        for (long[] window : new long[][] {{4, 32L << 20}, {8, 1}, {1, 32L << 20}}) {
+            long seed = 32 + window[0];
+            System.out.println("prefetch window " + window[0] + " objects / " + window[1]
+                               + " bytes, seed " + seed);
+            List<String> want = new ArrayList<>();
+            List<Long> wantOffsets = new ArrayList<>();
+            List<String[]> slices = manyObjects(60, seed, want, wantOffsets);
+            List<String> values = new ArrayList<>();
+            List<Long> offsets = new ArrayList<>();
+            long threadsWhileReading = 0;
+            SliceReader r = reader(slices, 100, prefetching((int) window[0], window[1]));
+            try {
+                while (r.next()) {
+                    ColumnarBatch b = r.get();
+                    threadsWhileReading = Math.max(threadsWhileReading, prefetchThreads());
+                    for (int i = 0; i < b.numRows(); i++) {
+                        values.add(new String(b.column(0).getBinary(i), StandardCharsets.UTF_8));
+                        offsets.add(b.column(1).getLong(i));
+                    }
+                }
+            } finally {
+                r.close();
+            }
+            assertTrue(threadsWhileReading > 0, "objects were fetched ahead");
+            assertEquals(0, prefetchThreads(), "no prefetch thread outlives close()");
+            assertEquals(want, values);
+            assertEquals(wantOffsets, offsets);
+        }
+    }
+
+    @Test
+    void aMissingObjectFailsWhereItIsReadAfterTheRowsBeforeIt() throws Exception {
+        List<String> want = new ArrayList<>();
+        List<Long> wantOffsets = new ArrayList<>();
+        List<String[]> slices = manyObjects(20, 7, want, wantOffsets);
+        String gone = slices.get(12)[1];
+        Files.delete(java.nio.file.Paths.get(new Path(gone).toUri()));
+        List<String> values = new ArrayList<>();
+        SliceReader r = reader(slices, 100, prefetching(8, 32L << 20));
+        IOException e;
+        try {
+            e = assertThrows(IOException.class, () -> {
+                while (r.next()) {
+                    ColumnarBatch b = r.get();
+                    for (int i = 0; i < b.numRows(); i++) {
+                        values.add(new String(b.column(0).getBinary(i), StandardCharsets.UTF_8));
+                    }
+                }
+            });
+        } finally {
+            r.close();
+        }
+        assertTrue(e.getMessage().contains(gone) && e.getMessage().contains("is gone"),
+                   e.getMessage());
+        int before = 0;
+        while (before < want.size() && !want.get(before).startsWith("s7m12-")) {
+            before++;
+        }
+        assertEquals(want.subList(0, before), values, "every row of the objects before it");
+        assertEquals(0, prefetchThreads());
+    }
+
+    @Test
+    void closingPartWayLeavesNoPrefetchThread() throws Exception {
+        List<String[]> slices = manyObjects(40, 11, new ArrayList<>(), new ArrayList<>());
+        SliceReader r = reader(slices, 50, prefetching(8, 32L << 20));
+        assertTrue(r.next());
+        assertTrue(r.next());
+        assertTrue(prefetchThreads() > 0);
+        r.close();
+        assertEquals(0, prefetchThreads());
     }
 }
