@@ -19,7 +19,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from txlog import arrow_memory, checksums, completions, inline_copies, layout
+from txlog import (
+    arrow_memory,
+    checksums,
+    completions,
+    fetch_windows,
+    inline_copies,
+    layout,
+)
 from txlog.checkpoint import decode_checkpoint, encode_checkpoint
 from txlog.declared_size import (
     DEFAULT_FETCH_MAX_BYTES,
@@ -157,6 +164,8 @@ class PartitionLog:
         self._lock = threading.RLock()
         self._log_prefix = layout.log_prefix(topic, partition)
         self._tail_checkpoints = True  # off after one fails (read-only access)
+        # Decoded bytes per stored byte of the objects last read within a budget.
+        self._expansion: float | None = None
 
     @property
     def name(self) -> str:
@@ -450,16 +459,16 @@ class PartitionLog:
             else:
                 tables = {k: self._read_object(k, columns) for k in keys}
             return [self._trim(tables[s.data], s) for s in spans]
-        # Stored bytes side by side (the caller bounded them); decoding one at a time.
-        raws = (dict(zip(keys, fan_out(self._get_verified, keys), strict=True))
-                if _parallel(self.store) and len(keys) > 1 else None)
-        tables, decoded = {}, 0
-        for k in keys:
-            if tables and decoded >= max_decoded:
-                break
-            raw = raws.pop(k) if raws is not None else self._get_verified(k)
-            tables[k] = decode_parquet(raw, k, columns, fetch_max_bytes=self.fetch_max_bytes)
-            decoded += tables[k].nbytes
+        # A window at a time, sized by the budget left (fetch_windows): objects past the
+        # budget are neither fetched nor held.
+        get_many = ((lambda ks: fan_out(self._get_verified, list(ks)))
+                    if _parallel(self.store) else None)
+        tables, self._expansion = fetch_windows.read_within(
+            keys, fetch_windows.stored_sizes(self.state, spans, keys), max_decoded=max_decoded,
+            expansion=self._expansion, get=self._get_verified, get_many=get_many,
+            decode=lambda k, raw: decode_parquet(raw, k, columns,
+                                                 fetch_max_bytes=self.fetch_max_bytes),
+            decoded_size=lambda t: int(t.nbytes))
         out = []
         for s in spans:
             if s.data not in tables:

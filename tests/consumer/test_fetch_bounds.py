@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 import txlog
-from txlog import TopicPartition, partition_log
+from txlog import TopicPartition, fetch_windows, inline_copies, layout, partition_log
 
 SEED = 3535
 FETCH_MAX = 256 * 1024
@@ -85,3 +85,77 @@ def test_a_poll_decodes_at_most_fetch_max_bytes_and_one_object(
     assert got == values
     assert largest_object < FETCH_MAX
     assert polls > 1
+
+
+@pytest.mark.parametrize("backend", ["local", pytest.param("s3", marks=pytest.mark.s3)])
+def test_a_poll_cut_short_by_its_budget_fetches_only_what_it_decodes(
+        store_factory: Any, monkeypatch: pytest.MonkeyPatch, backend: str) -> None:
+    """Objects past a poll's decoded budget are neither fetched nor held: every data GET
+    of a poll is an object it decodes, and it holds at most fetch.max.bytes plus one."""
+    print(f"seed={SEED}")
+    url, options = store_factory.url(backend)
+    log = txlog.connect(url, {**options, "fsync": False} if backend == "local" else options)
+    log.create_topic("t", 1)
+    values = _values("compressible", 2000)  # stored at a small part of their decoded size
+    prod = log.producer(batch_size=BATCH, linger_ms=60_000)
+    for v in values:
+        prod.send("t", v, partition=0)
+    prod.flush()
+    prod.close()
+
+    reader = txlog.connect(url, {**options, "fsync": False} if backend == "local" else options)
+    # Objects fetched side by side, as from a remote store (the path with windows to size).
+    reader.store.local_requests = False
+    inline_copies.clear()
+    data_prefix = layout.data_prefix("t", 0)
+    gets: list[int] = []  # the stored size of each object fetched in this poll
+    real_get = reader.store.get
+
+    def counting_get(key: str) -> bytes:
+        raw = real_get(key)
+        if key.startswith(data_prefix):
+            gets.append(len(raw))
+        return raw
+
+    monkeypatch.setattr(reader.store, "get", counting_get)
+    decoded: list[int] = []
+    real = partition_log.decode_parquet
+
+    def counting(*args: Any, **kwargs: Any) -> pa.Table:
+        table = real(*args, **kwargs)
+        decoded.append(table.nbytes)
+        return table
+
+    monkeypatch.setattr(partition_log, "decode_parquet", counting)
+    c = reader.consumer(fetch_max_bytes=FETCH_MAX, max_partition_fetch_bytes=FETCH_MAX)
+    c.assign([TopicPartition("t", 0)])
+    c.seek_to_beginning()
+    got: list[bytes] = []
+    polls = 0
+    while True:
+        gets.clear()
+        decoded.clear()
+        recs = c.poll(max_records=100_000)
+        if not recs:
+            break
+        got.extend(r.value or b"" for r in recs)
+        polls += 1
+        assert len(gets) == len(decoded), (
+            f"poll {polls} fetched {len(gets)} objects ({sum(gets)} bytes) and decoded "
+            f"{len(decoded)} of them")
+        largest = max(decoded) + max(gets)
+        held = sum(decoded) + sum(gets)
+        assert held <= FETCH_MAX + largest, (
+            f"poll {polls} held {sum(decoded)} decoded and {sum(gets)} stored bytes, "
+            f"fetch.max.bytes {FETCH_MAX}")
+    assert got == values
+    assert polls > 2
+
+
+def test_a_window_holds_the_objects_decoded_until_the_budget_is_passed() -> None:
+    assert fetch_windows.window([10, 10, 10, 10], 25, None) == 1  # expansion not known
+    assert fetch_windows.window([10, 10, 10, 10], 25, 1.0) == 3  # the third passes 25
+    assert fetch_windows.window([10, 10, 10, 10], 25, 3.0) == 1
+    assert fetch_windows.window([10, 10, 10, 10], 1000, 1.0) == 4
+    assert fetch_windows.window([10, 0, 10], 1000, 1.0) == 1  # not past an unknown size
+    assert fetch_windows.window([0, 10], 1000, 1.0) == 1
