@@ -45,6 +45,10 @@ PARTS = "parts"
 INLINE_VERSION = 4
 #: The most object bytes one entry carries inline (a reader refuses more as corrupt).
 INLINE_MAX_BYTES = 65_536
+#: The most bytes (as Arrow holds them) a row group of a batch object is written with: a
+#: Parquet reader holds a row group's stored columns while it reads them, so a reader of
+#: an object of any size holds about this much (the JVM scan reads smaller objects whole).
+ROW_GROUP_BYTES = 8 << 20
 
 # Entry kinds.
 DATA = "data"

@@ -50,6 +50,7 @@ from txlog.model import (
     DATA,
     INLINE_MAX_BYTES,
     PARTS,
+    ROW_GROUP_BYTES,
     Entry,
     decode_entry,
     named_objects,
@@ -531,8 +532,15 @@ def encode_parquet_buffer(table: pa.Table) -> pa.Buffer:
     mem = arrow_memory.pool()
     buf = pa.BufferOutputStream(memory_pool=mem)
     pq.write_table(table, buf, compression="snappy", write_statistics=False,
-                   use_dictionary=dictionary, memory_pool=mem)
+                   use_dictionary=dictionary, memory_pool=mem,
+                   row_group_size=row_group_rows(table))
     return buf.getvalue()
+
+
+def row_group_rows(table: pa.Table) -> int:
+    """Rows per row group so that each holds at most ROW_GROUP_BYTES of ``table``."""
+    per_row = table.nbytes / max(1, table.num_rows)
+    return max(1, min(1 << 20, int(ROW_GROUP_BYTES // max(1.0, per_row))))
 
 
 def decode_parquet(raw: bytes, where: str, columns: Sequence[str] | None = None, *,

@@ -255,3 +255,30 @@ def test_an_append_of_parts_stamps_each_and_drops_parts_of_no_records(
     st = txlog.connect(str(tmp_path)).partition_log(TopicPartition("t", 0)).refresh()
     assert (st.batches.data, st.batches.base_offset, st.batches.count) == (
         [d + "k1", d + "k2", d + "k4"], [0, 2, 5], [2, 3, 4])
+
+
+def test_a_large_batch_object_is_written_in_row_groups_of_bounded_size() -> None:
+    """A reader holds a row group's columns at a time (the JVM scan): an object's row
+    groups hold at most ROW_GROUP_BYTES, whatever the object's size."""
+    import random
+
+    import pyarrow.parquet as pq
+
+    from txlog.model import ROW_GROUP_BYTES
+    from txlog.partition_log import encode_parquet
+    from txlog.records import KAFKA_SCHEMA
+
+    rng = random.Random(3505)
+    print("seed=3505")
+    rows = (3 * ROW_GROUP_BYTES) // 1024 + 100
+    chunk = rng.randbytes(1 << 20)
+    values = [chunk[j:j + 1024] for j in ((i * 1024) % len(chunk) for i in range(rows))]
+    table = pa.table({"key": pa.nulls(rows, pa.binary()), "value": pa.array(values, pa.binary())})
+    table = table.cast(pa.schema([KAFKA_SCHEMA.field("key"), KAFKA_SCHEMA.field("value")]))
+    meta = pq.ParquetFile(pa.BufferReader(encode_parquet(table))).metadata
+    assert meta.num_row_groups >= 3
+    assert sum(meta.row_group(g).num_rows for g in range(meta.num_row_groups)) == rows
+    for g in range(meta.num_row_groups):
+        rg = meta.row_group(g)
+        stored = sum(rg.column(c).total_compressed_size for c in range(rg.num_columns))
+        assert stored <= ROW_GROUP_BYTES, (g, stored)

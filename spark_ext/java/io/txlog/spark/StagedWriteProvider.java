@@ -50,6 +50,10 @@ import org.apache.spark.util.SerializableConfiguration;
  * key), partitioner (default, murmur2 or roundrobin), fileBytes.
  */
 public final class StagedWriteProvider implements TableProvider {
+    /** The most bytes of a row group of a staged object (as txlog's Python writers cap them:
+     * model.ROW_GROUP_BYTES). */
+    static final long ROW_GROUP_BYTES = SliceReader.WHOLE_MAX;
+
     @Override
     public StructType inferSchema(CaseInsensitiveStringMap options) {
         return new StructType();
@@ -231,6 +235,10 @@ public final class StagedWriteProvider implements TableProvider {
                 // none: no txlog reader looks at them, and they cost CPU on every row.
                 conf.setBoolean("parquet.column.statistics.enabled", false);
                 conf.setBoolean("parquet.page.write-checksum.enabled", false);
+                // Row groups no larger than an object the scan reads whole: a reader holds a
+                // row group's columns while it reads them (and the writer while it fills
+                // one), so neither grows with the size of a staged object.
+                conf.setLong("parquet.block.size", ROW_GROUP_BYTES);
                 return new Factory(spec, files, SerializableConfiguration.broadcast(sc, conf));
             } catch (IOException e) {
                 throw new IllegalStateException("txlog staged write: cannot set up the job: " + e,
