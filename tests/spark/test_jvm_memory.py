@@ -9,6 +9,7 @@ and read back whole.  An object of one row group of that size does not fit.
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +30,12 @@ class Job(spark_procs.Child):
 def test_objects_as_large_as_the_heap_are_written_and_read_in_bounded_memory(
         tmp_path: Path) -> None:
     writes = ["jvm:16", "jvm:192", "python:192"]
-    job = Job(tmp_path, str(tmp_path / "lake"), f"{HEAP_MIB}m", *writes)
-    got: list[dict[str, Any]] = job.result()["writes"]
+    lake = tmp_path / "lake"
+    job = Job(tmp_path, str(lake), f"{HEAP_MIB}m", *writes)
+    try:
+        got: list[dict[str, Any]] = job.result()["writes"]
+    finally:
+        shutil.rmtree(lake, ignore_errors=True)  # 400 MB, not kept for later runs
     assert [f"{w['writer']}:{w['mib']}" for w in got] == writes
     for w in got:
         print(w)
