@@ -5,10 +5,18 @@ Each partition is a sequence of slots claimed with put-if-absent; each slot hold
 compare-and-set: two clients acting on one transactional.id at once are serialised, and
 the loser re-reads and re-decides (:meth:`StateLogPartition.run`, the one such loop, with
 the decisions of :mod:`txlog.txn_decide`).  Periodic JSON checkpoints bound replay.
+
+Transactional ids that share a partition share its sequence of slots.  A client that
+loses a slot to another id claims the next one while it reads the one it lost, rather
+than after: such a speculative entry names the record it expects its id to have (a
+digest, ``expect``), and counts only if that is still the id's record when every reader
+replays it in slot order (:func:`counts`).  Without it, the client that won a slot knows
+the next one while the loser must first read, and a loser kept losing to a busy neighbour.
 """
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import logging
@@ -16,6 +24,7 @@ import threading
 import zlib
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from txlog import layout
@@ -23,6 +32,7 @@ from txlog.errors import (
     ConcurrentTransactionsError,
     CorruptObjectError,
     ObjectNotFoundError,
+    StorageError,
     UnsupportedFormatError,
 )
 from txlog.fanout import fan_out
@@ -47,7 +57,11 @@ CHECKPOINT_INTERVAL = 200
 
 #: Slots whose entry keys share one prefix (see StateLogPartition._first_load).
 FIRST_SLOTS = 100
-VERSION = 1
+#: Entries: 1 counts unconditionally (written with every slot before it read), 2 is a
+#: speculative entry that counts only if its ``expect`` holds (counts()).
+VERSION = 2
+#: The version of the checkpoints written (their format did not change with entries').
+CHECKPOINT_VERSION = 1
 
 #: Slots a refresh reads by name before it lists the partition (StateLogPartition._probe):
 #: a lost conditional create needs the slot it lost, and usually no more.
@@ -62,6 +76,26 @@ def _no_expire() -> None:
 
 def state_partition_for(txn_id: str, partitions: int = DEFAULT_STATE_PARTITIONS) -> int:
     return zlib.crc32(txn_id.encode()) % partitions
+
+
+def record_digest(rec: TxnRecord | None) -> str:
+    """What a speculative entry's ``expect`` holds: a digest of the record its writer
+    decided on ("" for no record), over the record's JSON without ``start_slot`` and
+    ``v`` (as records compare equal without start_slot)."""
+    if rec is None:
+        return ""
+    d = rec.to_json()
+    d.pop("start_slot", None)
+    d.pop("v", None)
+    canonical = json.dumps(d, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:32]
+
+
+def counts(d: dict[str, Any], current: TxnRecord | None) -> bool:
+    """Whether the entry ``d`` (decoded) takes effect over ``current``, its id's record
+    from the slots before it: a speculative entry only if it expected that record."""
+    expect = d.get("expect")
+    return expect is None or expect == record_digest(current)
 
 
 class StateLogPartition:
@@ -151,15 +185,22 @@ class StateLogPartition:
             applied += 1
         return applied
 
-    def _apply(self, d: dict[str, Any], slot: int) -> None:
+    def _apply(self, d: dict[str, Any], slot: int) -> bool:
+        """Replay slot ``slot``'s entry; returns whether it took effect."""
+        where = self._entry_key(slot)
         if not isinstance(d.get("record"), dict):
-            raise CorruptObjectError(
-                f"state-log object {self._entry_key(slot)} holds no transaction record")
-        self._set(TxnRecord.from_json(d["record"], self._entry_key(slot)))
+            raise CorruptObjectError(f"state-log object {where} holds no transaction record")
+        if "expect" in d and not isinstance(d["expect"], str):
+            raise CorruptObjectError(f"state-log object {where} has a malformed expect")
+        rec = TxnRecord.from_json(d["record"], where)
+        took = counts(d, self.records.get(rec.txn_id))
+        if took:
+            self._set(rec)
         self.next_slot = slot + 1
+        return took
 
     @staticmethod
-    def _decode(raw: bytes, where: str) -> dict[str, Any]:
+    def _decode(raw: bytes, where: str, newest: int = VERSION) -> dict[str, Any]:
         try:
             d = json.loads(raw)
         except (ValueError, UnicodeDecodeError, RecursionError):
@@ -168,7 +209,7 @@ class StateLogPartition:
             ) from None
         if not isinstance(d, dict) or not isinstance(d.get("v"), int):
             raise CorruptObjectError(f"state-log object {where} has no format version")
-        if d["v"] > VERSION:
+        if d["v"] > newest:
             raise UnsupportedFormatError(
                 f"state-log object {where} has version {d['v']}, newer than this txlog reads; "
                 "upgrade txlog"
@@ -195,7 +236,7 @@ class StateLogPartition:
     def _load_checkpoint(self, keys: list[str]) -> None:
         for key in reversed(keys):
             try:
-                d = self._decode(self.store.get(key), key)
+                d = self._decode(self.store.get(key), key, CHECKPOINT_VERSION)
                 if "crc" in d and d["crc"] != _checkpoint_crc(d["next_slot"], d["records"]):
                     raise CorruptObjectError(f"state-log checkpoint {key} fails its checksum")
                 records = {k: TxnRecord.from_json(v, key) for k, v in d["records"].items()}
@@ -233,27 +274,110 @@ class StateLogPartition:
     def _compare_and_set(self, txn_id: str, expected: TxnRecord | None,
                          new: TxnRecord) -> bool:
         # No re-read first: the put-if-absent of the cached next slot fails if anyone
-        # wrote since, and then we re-read and compare again (callers just read).
+        # wrote since, and then we read what we lost and compare again (callers just read).
         if not self.loaded:
             self.refresh()
+        lost: int | None = None  # a slot lost to another writer and not yet read
         while True:
+            if lost is None:
+                if self.records.get(txn_id) != expected:
+                    return False
+                if self._claim(self.next_slot, txn_id, expected, new) is not None:
+                    return True
+                lost = self.next_slot
+                continue
+            # Claim the slot after the lost one while reading it: a loser that read first
+            # would find the winner, who knows its next slot, ahead of it again.
+            claim = lost + 1
+            took, backlog = self._claim_reading(claim, lost, expected, new)
+            if took is not None:
+                return took
             if self.records.get(txn_id) != expected:
                 return False
-            slot = self.next_slot
-            stored = self.records.get(txn_id)
-            if new.begins_transaction_after(stored):
-                new = replace(new, start_slot=slot)
-            elif stored is not None and new.state == ONGOING:
-                new = replace(new, start_slot=stored.start_slot)
-            payload = json.dumps({"v": VERSION, "slot": slot, "token": new_token(),
-                                  "record": new.to_json()}, separators=(",", ":")).encode()
-            if self.store.put_if_absent(self._entry_key(slot), payload):
-                self._set(new)
-                self.next_slot = slot + 1
-                if self.next_slot % CHECKPOINT_INTERVAL == 0:
-                    self._checkpoint()
+            if backlog:  # more than one slot taken since: read them all, then claim
+                self._refresh()
+                lost = None
+            else:
+                lost = claim
+
+    def _payload(self, slot: int, expected: TxnRecord | None, new: TxnRecord, *,
+                 speculative: bool) -> bytes:
+        stored = expected
+        if new.begins_transaction_after(stored):
+            new = replace(new, start_slot=slot)
+        elif stored is not None and new.state == ONGOING:
+            new = replace(new, start_slot=stored.start_slot)
+        entry: dict[str, Any] = {"v": 1, "slot": slot, "token": new_token(),
+                                 "record": new.to_json()}
+        if speculative:  # (an entry after every slot before it was read needs no expect)
+            entry.update(v=VERSION, expect=record_digest(expected))
+        return json.dumps(entry, separators=(",", ":")).encode()
+
+    def _claim(self, slot: int, txn_id: str, expected: TxnRecord | None,
+               new: TxnRecord) -> bool | None:
+        """Claim ``slot``, the next one after every slot read.  None: lost to another
+        writer; True: the record is written."""
+        payload = self._payload(slot, expected, new, speculative=False)
+        if not self.store.put_if_absent(self._entry_key(slot), payload):
+            return None
+        self._won(payload, slot)
+        return True
+
+    def _won(self, payload: bytes, slot: int) -> bool:
+        took = self._apply(json.loads(payload), slot)
+        if self.next_slot % CHECKPOINT_INTERVAL == 0:
+            self._checkpoint()
+        return took
+
+    def _claim_reading(self, claim: int, lost: int, expected: TxnRecord | None,
+                       new: TxnRecord) -> tuple[bool | None, bool]:
+        """Claim slot ``claim`` speculatively while reading the slots from next_slot to
+        ``lost`` (claimed by others) and probing the one after ``claim``.  Returns
+        whether the record took effect if the claim was won (else None; the slots read
+        are applied either way), and whether the probe found a backlog (a lost claim
+        and the slot after it both taken)."""
+        payload = self._payload(claim, expected, new, speculative=True)
+        known = [self._entry_key(s) for s in range(self.next_slot, lost + 1)]
+
+        def put() -> bool:
+            return self.store.put_if_absent(self._entry_key(claim), payload)
+
+        def probe() -> bool:
+            try:
+                self.store.get(self._entry_key(claim + 1))
                 return True
-            self.refresh()
+            except ObjectNotFoundError:
+                return False
+
+        calls: list[Callable[[], object]] = [put, *(partial(self.store.get, k) for k in known),
+                                              probe]
+        if self.store.local_requests:
+            # (the claim first, as on a remote store; it raises as any put does)
+            got = [put(), *(_outcome(call) for call in calls[1:])]
+        else:
+            got = fan_out(_outcome, calls)
+        won, reads, ahead = got[0], got[1:-1], got[-1]
+        if isinstance(won, Exception):
+            raise won
+        try:
+            for key, raw in zip(known, reads, strict=True):
+                if isinstance(raw, Exception):
+                    raise raw
+                assert isinstance(raw, bytes)
+                self._apply(self._decode(raw, key), self.next_slot)
+        except Exception as exc:
+            if not won:
+                raise
+            # The record is written, and whether it counts depends on the slots that
+            # could not be read: not a definite failure (callers treat those as unwritten).
+            raise StorageError(
+                f"wrote state-log slot {self._entry_key(claim)}, but whether it takes "
+                f"effect is unknown until the slots before it can be read: {exc}") from exc
+        if won:
+            return self._won(payload, claim), False
+        if isinstance(ahead, Exception):
+            raise ahead
+        return None, bool(ahead)
 
     def run(self, txn_id: str, decide: Callable[[TxnRecord | None, Facts], Decision], *,
             complete: Callable[[TxnRecord], TxnEnd],
@@ -331,7 +455,8 @@ class StateLogPartition:
     def _checkpoint(self) -> None:
         try:
             records = {k: r.to_json() for k, r in self.records.items()}
-            body = json.dumps({"v": VERSION, "next_slot": self.next_slot, "records": records,
+            body = json.dumps({"v": CHECKPOINT_VERSION, "next_slot": self.next_slot,
+                               "records": records,
                                "crc": _checkpoint_crc(self.next_slot, records)},
                               separators=(",", ":")).encode()
             key = self._ckpt_key(self.next_slot)
@@ -341,6 +466,15 @@ class StateLogPartition:
                     self.store.delete(old)
         except Exception as exc:
             log.warning("state-log checkpoint failed (retried at the next interval): %s", exc)
+
+
+def _outcome(call: Callable[[], object]) -> object:
+    """``call()``, or the error it raised: a claim made beside reads must not be lost
+    to an error of one of them."""
+    try:
+        return call()
+    except Exception as exc:
+        return exc
 
 
 def _checkpoint_crc(next_slot: Any, records: Any) -> int:

@@ -24,6 +24,7 @@ can be what limits N producers.
 
 from __future__ import annotations
 
+import bisect
 import copy
 import os
 import sys
@@ -78,6 +79,7 @@ def _child(conn: Any, url: str, options: dict[str, Any], txn_id: str, topic: str
     before = C.counts(log.store)
     cpu0 = _cpu()
     lat: list[float] = []
+    starts: list[float] = []
     slowest = (0.0, 0.0)
     t0 = time.monotonic()
     end = t0 + seconds
@@ -88,6 +90,7 @@ def _child(conn: Any, url: str, options: dict[str, Any], txn_id: str, topic: str
         p.commit_transaction()
         e = time.monotonic()
         lat.append(e - s)
+        starts.append(s)
         if e - s > slowest[1] - slowest[0]:
             slowest = (s, e)
     elapsed = time.monotonic() - t0
@@ -96,12 +99,18 @@ def _child(conn: Any, url: str, options: dict[str, Any], txn_id: str, topic: str
     # Where the reads come from (the code nearest each request): contention shows as
     # reads after a lost conditional create.
     sites: dict[str, int] = {}
+    # State-log slots this producer lost (conditional creates that found the object),
+    # by the commit they delayed: how long a loser waits is the unfairness to measure.
+    lost = [0] * len(starts)
     for r in timeline.requests(since=t0):
         if r.kind in ("get", "list", "delete", "put"):
             where = f"{r.kind} {r.site.split(' < ')[0]}"
             sites[where] = sites.get(where, 0) + 1
+        if r.lost and "/state/" in r.key and starts:
+            lost[max(0, bisect.bisect_right(starts, r.start) - 1)] += 1
     p.close()
     return {"commits": len(lat), "slowest": _slowest(timeline, *slowest), "seconds": elapsed,
+            "cas_lost": sum(lost), "cas_lost_max": max(lost, default=0),
             "p50_ms": 1000 * C.median(lat), "p99_ms": 1000 * C.percentile(lat, 99),
             "requests": requests, "sites": sites, "cpu_s": cpu}
 
@@ -222,6 +231,9 @@ def run_group(url: str, options: dict[str, Any], n: int, seconds: float,
             "proxy_cpu_s_per_s": proxy_cpu / seconds,
             "load_average": os.getloadavg()[0],
             "requests_per_commit": C.per(requests, commits),
+            # Lost state-log compare-and-sets: per commit, and the most one commit met.
+            "cas_lost_per_commit": sum(r["cas_lost"] for r in results) / max(1, commits),
+            "cas_lost_max": max(r["cas_lost_max"] for r in results),
             "reads_per_commit_by_site": C.per(sites, commits),
             # Where the slowest commit of any producer spent its time.
             "slowest_commit": max((r["slowest"] for r in results), key=lambda x: x["ms"])}
@@ -289,12 +301,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         rows.append([n, rate, alone, ratio, last["p50_ms"], last["p99_ms"],
                      last["cpu_ms_per_commit"], last["cpu_s_per_s"],
                      last["proxy_cpu_s_per_s"], last["load_average"], req,
+                     last["cas_lost_per_commit"], last["cas_lost_max"],
+                     last["slowest_commit"]["ms"],
                      C.fmt_counts(last["requests_per_commit"])])
     C.print_table(f"transactional producers on one root, {args.delay_ms:g} ms per request "
                   f"({seconds:g} s each, median of {rounds})",
                   ["producers", "commits/s", "one alone", "ratio to N x one",
                    "commit p50 ms", "p99 ms", "client CPU ms/commit", "client CPU s/s",
-                   "proxy CPU s/s", "load", "requests/commit", "by kind (last round)"],
+                   "proxy CPU s/s", "load", "requests/commit", "CAS lost/commit",
+                   "most CAS lost in a commit", "slowest commit ms", "by kind (last round)"],
                   rows)
     goals = [{"name": f"{n} producers' commits/s vs {n} x one producer's "
                       f"({args.delay_ms:g} ms per request)",
