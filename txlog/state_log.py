@@ -66,6 +66,8 @@ CHECKPOINT_VERSION = 1
 #: Slots a refresh reads by name before it lists the partition (StateLogPartition._probe):
 #: a lost conditional create needs the slot it lost, and usually no more.
 PROBE_SLOTS = 3
+#: Slots a client that lost one claims at once, speculatively (_claim_reading).
+CLAIM_AHEAD = 2
 #: Listed entries read side by side on a remote store, at most this many at once.
 READ_WINDOW = 16
 
@@ -277,7 +279,7 @@ class StateLogPartition:
         # wrote since, and then we read what we lost and compare again (callers just read).
         if not self.loaded:
             self.refresh()
-        lost: int | None = None  # a slot lost to another writer and not yet read
+        lost: int | None = None  # the last slot lost to other writers, not yet read
         while True:
             if lost is None:
                 if self.records.get(txn_id) != expected:
@@ -286,19 +288,20 @@ class StateLogPartition:
                     return True
                 lost = self.next_slot
                 continue
-            # Claim the slot after the lost one while reading it: a loser that read first
-            # would find the winner, who knows its next slot, ahead of it again.
-            claim = lost + 1
-            took, backlog = self._claim_reading(claim, lost, expected, new)
+            # Claim the two slots after the lost one while reading it.  A loser that read
+            # first, or claimed only the next slot, found the winner ahead of it again:
+            # the winner learns it won before the loser learns it lost, and its next
+            # write often follows at once.
+            took, backlog = self._claim_reading(lost + 1, lost, expected, new)
             if took is not None:
                 return took
             if self.records.get(txn_id) != expected:
                 return False
-            if backlog:  # more than one slot taken since: read them all, then claim
+            if backlog:  # more slots taken since: read them all, then claim
                 self._refresh()
                 lost = None
             else:
-                lost = claim
+                lost += CLAIM_AHEAD
 
     def _payload(self, slot: int, expected: TxnRecord | None, new: TxnRecord, *,
                  speculative: bool) -> bytes:
@@ -331,53 +334,79 @@ class StateLogPartition:
 
     def _claim_reading(self, claim: int, lost: int, expected: TxnRecord | None,
                        new: TxnRecord) -> tuple[bool | None, bool]:
-        """Claim slot ``claim`` speculatively while reading the slots from next_slot to
-        ``lost`` (claimed by others) and probing the one after ``claim``.  Returns
-        whether the record took effect if the claim was won (else None; the slots read
-        are applied either way), and whether the probe found a backlog (a lost claim
-        and the slot after it both taken)."""
-        payload = self._payload(claim, expected, new, speculative=True)
+        """Claim slots ``claim`` to ``claim + CLAIM_AHEAD - 1`` speculatively while
+        reading the slots from next_slot to ``lost`` (claimed by others).  Returns
+        whether the record took effect if a claim was won (else None; the slots read are
+        applied either way), and whether the probe found a backlog (every claim lost and
+        the slot after them taken too).
+
+        Of two claims won, the later is void once the earlier takes effect (it expected
+        the record the earlier replaced), as it is when the earlier is void; every slot
+        claimed is either won or already taken, so none is left empty behind a won one
+        (unless a put fails without an answer: the error then says the outcome is
+        unknown, and the next writer of the partition fills the slot)."""
+        slots = range(claim, claim + CLAIM_AHEAD)
+        payloads = [self._payload(s, expected, new, speculative=True) for s in slots]
         known = [self._entry_key(s) for s in range(self.next_slot, lost + 1)]
 
-        def put() -> bool:
-            return self.store.put_if_absent(self._entry_key(claim), payload)
-
-        def probe() -> bool:
+        def read(slot: int) -> bytes | None:
             try:
-                self.store.get(self._entry_key(claim + 1))
-                return True
+                return self.store.get(self._entry_key(slot))
             except ObjectNotFoundError:
-                return False
+                return None
 
-        calls: list[Callable[[], object]] = [put, *(partial(self.store.get, k) for k in known),
-                                              probe]
-        if self.store.local_requests:
-            # (the claim first, as on a remote store; it raises as any put does)
-            got = [put(), *(_outcome(call) for call in calls[1:])]
+        # Besides the claims and the lost slots: the claimed slots but the last (should
+        # one be lost and a later one won, the record that took it is needed), and the
+        # slot after the claims (a backlog).
+        calls: list[Callable[[], object]] = [
+            *(partial(self.store.put_if_absent, self._entry_key(s), p)
+              for s, p in zip(slots, payloads, strict=True)),
+            *(partial(self.store.get, k) for k in known),
+            *(partial(read, s) for s in slots[:-1]), partial(read, claim + CLAIM_AHEAD)]
+        if self.store.local_requests:  # (the claims first, as on a remote store)
+            got = [_outcome(call) for call in calls]
         else:
             got = fan_out(_outcome, calls)
-        won, reads, ahead = got[0], got[1:-1], got[-1]
-        if isinstance(won, Exception):
-            raise won
+        claims, got = got[:CLAIM_AHEAD], got[CLAIM_AHEAD:]
+        reads, early, ahead = got[:len(known)], got[len(known):-1], got[-1]
+        won = [i for i, c in enumerate(claims) if c is True]
+        failed = [c for c in claims if isinstance(c, Exception)]
         try:
             for key, raw in zip(known, reads, strict=True):
                 if isinstance(raw, Exception):
                     raise raw
                 assert isinstance(raw, bytes)
                 self._apply(self._decode(raw, key), self.next_slot)
+            if won and won[0] > 0:  # the earlier slots were taken: read them
+                for s in range(claim, claim + won[0]):
+                    outcome, raw = claims[s - claim], early[s - claim]
+                    if isinstance(outcome, Exception):
+                        raise outcome
+                    key = self._entry_key(s)
+                    if not isinstance(raw, bytes):  # (read before it was written)
+                        raw = self.store.get(key)
+                    self._apply(self._decode(raw, key), s)
         except Exception as exc:
             if not won:
                 raise
-            # The record is written, and whether it counts depends on the slots that
+            # A record is written, and whether it counts depends on the slots that
             # could not be read: not a definite failure (callers treat those as unwritten).
             raise StorageError(
-                f"wrote state-log slot {self._entry_key(claim)}, but whether it takes "
-                f"effect is unknown until the slots before it can be read: {exc}") from exc
+                f"wrote state-log slot {self._entry_key(claim + won[0])}, but whether it "
+                f"takes effect is unknown until the slots before it can be read: {exc}"
+            ) from exc
         if won:
-            return self._won(payload, claim), False
+            took = self._won(payloads[won[0]], claim + won[0])
+            for i in range(won[0] + 1, CLAIM_AHEAD):
+                if claims[i] is not True:
+                    break
+                self._won(payloads[i], claim + i)  # (void: the record moved on)
+            return took, False
+        if failed:
+            raise failed[0]
         if isinstance(ahead, Exception):
             raise ahead
-        return None, bool(ahead)
+        return None, ahead is not None
 
     def run(self, txn_id: str, decide: Callable[[TxnRecord | None, Facts], Decision], *,
             complete: Callable[[TxnRecord], TxnEnd],
