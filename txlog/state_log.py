@@ -5,10 +5,18 @@ Each partition is a sequence of slots claimed with put-if-absent; each slot hold
 compare-and-set: two clients acting on one transactional.id at once are serialised, and
 the loser re-reads and re-decides (:meth:`StateLogPartition.run`, the one such loop, with
 the decisions of :mod:`txlog.txn_decide`).  Periodic JSON checkpoints bound replay.
+
+Transactional ids that share a partition share its sequence of slots.  A client that
+loses a slot to another id claims the next one while it reads the one it lost, rather
+than after: such a speculative entry names the record it expects its id to have (a
+digest, ``expect``), and counts only if that is still the id's record when every reader
+replays it in slot order (:func:`counts`).  Without it, the client that won a slot knows
+the next one while the loser must first read, and a loser kept losing to a busy neighbour.
 """
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import logging
@@ -16,6 +24,7 @@ import threading
 import zlib
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from txlog import layout
@@ -23,6 +32,7 @@ from txlog.errors import (
     ConcurrentTransactionsError,
     CorruptObjectError,
     ObjectNotFoundError,
+    StorageError,
     UnsupportedFormatError,
 )
 from txlog.fanout import fan_out
@@ -47,11 +57,17 @@ CHECKPOINT_INTERVAL = 200
 
 #: Slots whose entry keys share one prefix (see StateLogPartition._first_load).
 FIRST_SLOTS = 100
-VERSION = 1
+#: Entries: 1 counts unconditionally (written with every slot before it read), 2 is a
+#: speculative entry that counts only if its ``expect`` holds (counts()).
+VERSION = 2
+#: The version of the checkpoints written (their format did not change with entries').
+CHECKPOINT_VERSION = 1
 
 #: Slots a refresh reads by name before it lists the partition (StateLogPartition._probe):
 #: a lost conditional create needs the slot it lost, and usually no more.
 PROBE_SLOTS = 3
+#: Slots a client that lost one claims at once, speculatively (_claim_reading).
+CLAIM_AHEAD = 2
 #: Listed entries read side by side on a remote store, at most this many at once.
 READ_WINDOW = 16
 
@@ -62,6 +78,26 @@ def _no_expire() -> None:
 
 def state_partition_for(txn_id: str, partitions: int = DEFAULT_STATE_PARTITIONS) -> int:
     return zlib.crc32(txn_id.encode()) % partitions
+
+
+def record_digest(rec: TxnRecord | None) -> str:
+    """What a speculative entry's ``expect`` holds: a digest of the record its writer
+    decided on ("" for no record), over the record's JSON without ``start_slot`` and
+    ``v`` (as records compare equal without start_slot)."""
+    if rec is None:
+        return ""
+    d = rec.to_json()
+    d.pop("start_slot", None)
+    d.pop("v", None)
+    canonical = json.dumps(d, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:32]
+
+
+def counts(d: dict[str, Any], current: TxnRecord | None) -> bool:
+    """Whether the entry ``d`` (decoded) takes effect over ``current``, its id's record
+    from the slots before it: a speculative entry only if it expected that record."""
+    expect = d.get("expect")
+    return expect is None or expect == record_digest(current)
 
 
 class StateLogPartition:
@@ -151,15 +187,22 @@ class StateLogPartition:
             applied += 1
         return applied
 
-    def _apply(self, d: dict[str, Any], slot: int) -> None:
+    def _apply(self, d: dict[str, Any], slot: int) -> bool:
+        """Replay slot ``slot``'s entry; returns whether it took effect."""
+        where = self._entry_key(slot)
         if not isinstance(d.get("record"), dict):
-            raise CorruptObjectError(
-                f"state-log object {self._entry_key(slot)} holds no transaction record")
-        self._set(TxnRecord.from_json(d["record"], self._entry_key(slot)))
+            raise CorruptObjectError(f"state-log object {where} holds no transaction record")
+        if "expect" in d and not isinstance(d["expect"], str):
+            raise CorruptObjectError(f"state-log object {where} has a malformed expect")
+        rec = TxnRecord.from_json(d["record"], where)
+        took = counts(d, self.records.get(rec.txn_id))
+        if took:
+            self._set(rec)
         self.next_slot = slot + 1
+        return took
 
     @staticmethod
-    def _decode(raw: bytes, where: str) -> dict[str, Any]:
+    def _decode(raw: bytes, where: str, newest: int = VERSION) -> dict[str, Any]:
         try:
             d = json.loads(raw)
         except (ValueError, UnicodeDecodeError, RecursionError):
@@ -168,7 +211,7 @@ class StateLogPartition:
             ) from None
         if not isinstance(d, dict) or not isinstance(d.get("v"), int):
             raise CorruptObjectError(f"state-log object {where} has no format version")
-        if d["v"] > VERSION:
+        if d["v"] > newest:
             raise UnsupportedFormatError(
                 f"state-log object {where} has version {d['v']}, newer than this txlog reads; "
                 "upgrade txlog"
@@ -195,7 +238,7 @@ class StateLogPartition:
     def _load_checkpoint(self, keys: list[str]) -> None:
         for key in reversed(keys):
             try:
-                d = self._decode(self.store.get(key), key)
+                d = self._decode(self.store.get(key), key, CHECKPOINT_VERSION)
                 if "crc" in d and d["crc"] != _checkpoint_crc(d["next_slot"], d["records"]):
                     raise CorruptObjectError(f"state-log checkpoint {key} fails its checksum")
                 records = {k: TxnRecord.from_json(v, key) for k, v in d["records"].items()}
@@ -233,27 +276,137 @@ class StateLogPartition:
     def _compare_and_set(self, txn_id: str, expected: TxnRecord | None,
                          new: TxnRecord) -> bool:
         # No re-read first: the put-if-absent of the cached next slot fails if anyone
-        # wrote since, and then we re-read and compare again (callers just read).
+        # wrote since, and then we read what we lost and compare again (callers just read).
         if not self.loaded:
             self.refresh()
+        lost: int | None = None  # the last slot lost to other writers, not yet read
         while True:
+            if lost is None:
+                if self.records.get(txn_id) != expected:
+                    return False
+                if self._claim(self.next_slot, txn_id, expected, new) is not None:
+                    return True
+                lost = self.next_slot
+                continue
+            # Claim the two slots after the lost one while reading it.  A loser that read
+            # first, or claimed only the next slot, found the winner ahead of it again:
+            # the winner learns it won before the loser learns it lost, and its next
+            # write often follows at once.
+            took, backlog = self._claim_reading(lost + 1, lost, expected, new)
+            if took is not None:
+                return took
             if self.records.get(txn_id) != expected:
                 return False
-            slot = self.next_slot
-            stored = self.records.get(txn_id)
-            if new.begins_transaction_after(stored):
-                new = replace(new, start_slot=slot)
-            elif stored is not None and new.state == ONGOING:
-                new = replace(new, start_slot=stored.start_slot)
-            payload = json.dumps({"v": VERSION, "slot": slot, "token": new_token(),
-                                  "record": new.to_json()}, separators=(",", ":")).encode()
-            if self.store.put_if_absent(self._entry_key(slot), payload):
-                self._set(new)
-                self.next_slot = slot + 1
-                if self.next_slot % CHECKPOINT_INTERVAL == 0:
-                    self._checkpoint()
-                return True
-            self.refresh()
+            if backlog:  # more slots taken since: read them all, then claim
+                self._refresh()
+                lost = None
+            else:
+                lost += CLAIM_AHEAD
+
+    def _payload(self, slot: int, expected: TxnRecord | None, new: TxnRecord, *,
+                 speculative: bool) -> bytes:
+        stored = expected
+        if new.begins_transaction_after(stored):
+            new = replace(new, start_slot=slot)
+        elif stored is not None and new.state == ONGOING:
+            new = replace(new, start_slot=stored.start_slot)
+        entry: dict[str, Any] = {"v": 1, "slot": slot, "token": new_token(),
+                                 "record": new.to_json()}
+        if speculative:  # (an entry after every slot before it was read needs no expect)
+            entry.update(v=VERSION, expect=record_digest(expected))
+        return json.dumps(entry, separators=(",", ":")).encode()
+
+    def _claim(self, slot: int, txn_id: str, expected: TxnRecord | None,
+               new: TxnRecord) -> bool | None:
+        """Claim ``slot``, the next one after every slot read.  None: lost to another
+        writer; True: the record is written."""
+        payload = self._payload(slot, expected, new, speculative=False)
+        if not self.store.put_if_absent(self._entry_key(slot), payload):
+            return None
+        self._won(payload, slot)
+        return True
+
+    def _won(self, payload: bytes, slot: int) -> bool:
+        took = self._apply(json.loads(payload), slot)
+        if self.next_slot % CHECKPOINT_INTERVAL == 0:
+            self._checkpoint()
+        return took
+
+    def _claim_reading(self, claim: int, lost: int, expected: TxnRecord | None,
+                       new: TxnRecord) -> tuple[bool | None, bool]:
+        """Claim slots ``claim`` to ``claim + CLAIM_AHEAD - 1`` speculatively while
+        reading the slots from next_slot to ``lost`` (claimed by others).  Returns
+        whether the record took effect if a claim was won (else None; the slots read are
+        applied either way), and whether the probe found a backlog (every claim lost and
+        the slot after them taken too).
+
+        Of two claims won, the later is void once the earlier takes effect (it expected
+        the record the earlier replaced), as it is when the earlier is void; every slot
+        claimed is either won or already taken, so none is left empty behind a won one
+        (unless a put fails without an answer: the error then says the outcome is
+        unknown, and the next writer of the partition fills the slot)."""
+        slots = range(claim, claim + CLAIM_AHEAD)
+        payloads = [self._payload(s, expected, new, speculative=True) for s in slots]
+        known = [self._entry_key(s) for s in range(self.next_slot, lost + 1)]
+
+        def read(slot: int) -> bytes | None:
+            try:
+                return self.store.get(self._entry_key(slot))
+            except ObjectNotFoundError:
+                return None
+
+        # Besides the claims and the lost slots: the claimed slots but the last (should
+        # one be lost and a later one won, the record that took it is needed), and the
+        # slot after the claims (a backlog).
+        calls: list[Callable[[], object]] = [
+            *(partial(self.store.put_if_absent, self._entry_key(s), p)
+              for s, p in zip(slots, payloads, strict=True)),
+            *(partial(self.store.get, k) for k in known),
+            *(partial(read, s) for s in slots[:-1]), partial(read, claim + CLAIM_AHEAD)]
+        if self.store.local_requests:  # (the claims first, as on a remote store)
+            got = [_outcome(call) for call in calls]
+        else:
+            got = fan_out(_outcome, calls)
+        claims, got = got[:CLAIM_AHEAD], got[CLAIM_AHEAD:]
+        reads, early, ahead = got[:len(known)], got[len(known):-1], got[-1]
+        won = [i for i, c in enumerate(claims) if c is True]
+        failed = [c for c in claims if isinstance(c, Exception)]
+        try:
+            for key, raw in zip(known, reads, strict=True):
+                if isinstance(raw, Exception):
+                    raise raw
+                assert isinstance(raw, bytes)
+                self._apply(self._decode(raw, key), self.next_slot)
+            if won and won[0] > 0:  # the earlier slots were taken: read them
+                for s in range(claim, claim + won[0]):
+                    outcome, raw = claims[s - claim], early[s - claim]
+                    if isinstance(outcome, Exception):
+                        raise outcome
+                    key = self._entry_key(s)
+                    if not isinstance(raw, bytes):  # (read before it was written)
+                        raw = self.store.get(key)
+                    self._apply(self._decode(raw, key), s)
+        except Exception as exc:
+            if not won:
+                raise
+            # A record is written, and whether it counts depends on the slots that
+            # could not be read: not a definite failure (callers treat those as unwritten).
+            raise StorageError(
+                f"wrote state-log slot {self._entry_key(claim + won[0])}, but whether it "
+                f"takes effect is unknown until the slots before it can be read: {exc}"
+            ) from exc
+        if won:
+            took = self._won(payloads[won[0]], claim + won[0])
+            for i in range(won[0] + 1, CLAIM_AHEAD):
+                if claims[i] is not True:
+                    break
+                self._won(payloads[i], claim + i)  # (void: the record moved on)
+            return took, False
+        if failed:
+            raise failed[0]
+        if isinstance(ahead, Exception):
+            raise ahead
+        return None, ahead is not None
 
     def run(self, txn_id: str, decide: Callable[[TxnRecord | None, Facts], Decision], *,
             complete: Callable[[TxnRecord], TxnEnd],
@@ -331,7 +484,8 @@ class StateLogPartition:
     def _checkpoint(self) -> None:
         try:
             records = {k: r.to_json() for k, r in self.records.items()}
-            body = json.dumps({"v": VERSION, "next_slot": self.next_slot, "records": records,
+            body = json.dumps({"v": CHECKPOINT_VERSION, "next_slot": self.next_slot,
+                               "records": records,
                                "crc": _checkpoint_crc(self.next_slot, records)},
                               separators=(",", ":")).encode()
             key = self._ckpt_key(self.next_slot)
@@ -341,6 +495,15 @@ class StateLogPartition:
                     self.store.delete(old)
         except Exception as exc:
             log.warning("state-log checkpoint failed (retried at the next interval): %s", exc)
+
+
+def _outcome(call: Callable[[], object]) -> object:
+    """``call()``, or the error it raised: a claim made beside reads must not be lost
+    to an error of one of them."""
+    try:
+        return call()
+    except Exception as exc:
+        return exc
 
 
 def _checkpoint_crc(next_slot: Any, records: Any) -> int:

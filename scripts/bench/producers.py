@@ -19,12 +19,18 @@ beside the rates, with the load average: on a small shared machine those, not tx
 can be what limits N producers.
 
     .venv/bin/python scripts/bench/producers.py [--tiny|--small|--full] [--delay-ms 25]
-        [--seconds S] [--sizes 1,4,16,64]
+        [--seconds S] [--sizes 1,4,16,64] [--share]
+
+``--share`` picks each group's transactional ids so that they all hash to one state-log
+partition: the producers then contend for its slots, and the fewest and most commits of
+one producer in the window show whether they share it fairly.
 """
 
 from __future__ import annotations
 
+import bisect
 import copy
+import itertools
 import os
 import sys
 import time
@@ -78,6 +84,7 @@ def _child(conn: Any, url: str, options: dict[str, Any], txn_id: str, topic: str
     before = C.counts(log.store)
     cpu0 = _cpu()
     lat: list[float] = []
+    starts: list[float] = []
     slowest = (0.0, 0.0)
     t0 = time.monotonic()
     end = t0 + seconds
@@ -88,6 +95,7 @@ def _child(conn: Any, url: str, options: dict[str, Any], txn_id: str, topic: str
         p.commit_transaction()
         e = time.monotonic()
         lat.append(e - s)
+        starts.append(s)
         if e - s > slowest[1] - slowest[0]:
             slowest = (s, e)
     elapsed = time.monotonic() - t0
@@ -96,12 +104,18 @@ def _child(conn: Any, url: str, options: dict[str, Any], txn_id: str, topic: str
     # Where the reads come from (the code nearest each request): contention shows as
     # reads after a lost conditional create.
     sites: dict[str, int] = {}
+    # State-log slots this producer lost (conditional creates that found the object),
+    # by the commit they delayed: how long a loser waits is the unfairness to measure.
+    lost = [0] * len(starts)
     for r in timeline.requests(since=t0):
         if r.kind in ("get", "list", "delete", "put"):
             where = f"{r.kind} {r.site.split(' < ')[0]}"
             sites[where] = sites.get(where, 0) + 1
+        if r.lost and "/state/" in r.key and starts:
+            lost[max(0, bisect.bisect_right(starts, r.start) - 1)] += 1
     p.close()
     return {"commits": len(lat), "slowest": _slowest(timeline, *slowest), "seconds": elapsed,
+            "cas_lost": sum(lost), "cas_lost_max": max(lost, default=0),
             "p50_ms": 1000 * C.median(lat), "p99_ms": 1000 * C.percentile(lat, 99),
             "requests": requests, "sites": sites, "cpu_s": cpu}
 
@@ -167,8 +181,20 @@ def _proc_cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def txn_ids(tag: str, n: int, *, share: bool) -> list[str]:
+    """The group's transactional ids; ``share``: ids that all hash to one state-log
+    partition (of the default 50), the case where producers contend for its slots."""
+    from txlog.state_log import state_partition_for
+
+    if not share:
+        return [f"{tag}-{i}" for i in range(n)]
+    want = state_partition_for(f"{tag}-0")
+    found = (f"{tag}-{j}" for j in itertools.count() if state_partition_for(f"{tag}-{j}") == want)
+    return list(itertools.islice(found, n))
+
+
 def run_group(url: str, options: dict[str, Any], n: int, seconds: float,
-              tag: str, proxy_pid: int) -> dict[str, Any]:
+              tag: str, proxy_pid: int, *, share: bool = False) -> dict[str, Any]:
     """N producer processes, started together, each on a partition of a new topic (no
     history left by earlier groups to read); their total commits per second."""
     import txlog
@@ -179,9 +205,9 @@ def run_group(url: str, options: dict[str, Any], n: int, seconds: float,
     procs: list[Any] = []
     conns: list[Any] = []
     try:
-        for i in range(n):
+        for i, txn_id in enumerate(txn_ids(tag, n, share=share)):
             ours, theirs = ctx.Pipe()
-            proc = ctx.Process(target=child, args=(theirs, url, options, f"{tag}-{i}", topic,
+            proc = ctx.Process(target=child, args=(theirs, url, options, txn_id, topic,
                                                    i, seconds), daemon=True)
             proc.start()
             theirs.close()
@@ -222,9 +248,15 @@ def run_group(url: str, options: dict[str, Any], n: int, seconds: float,
             "proxy_cpu_s_per_s": proxy_cpu / seconds,
             "load_average": os.getloadavg()[0],
             "requests_per_commit": C.per(requests, commits),
+            # Lost state-log compare-and-sets: per commit, and the most one commit met.
+            "cas_lost_per_commit": sum(r["cas_lost"] for r in results) / max(1, commits),
+            "cas_lost_max": max(r["cas_lost_max"] for r in results),
             "reads_per_commit_by_site": C.per(sites, commits),
             # Where the slowest commit of any producer spent its time.
-            "slowest_commit": max((r["slowest"] for r in results), key=lambda x: x["ms"])}
+            "slowest_commit": max((r["slowest"] for r in results), key=lambda x: x["ms"]),
+            # Fairness: the fewest and the most commits of one producer in the window.
+            "commits_min": min(r["commits"] for r in results),
+            "commits_max": max(r["commits"] for r in results)}
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any] | None:
@@ -232,6 +264,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         p.add_argument("--delay-ms", type=float, default=25.0, help="added per request")
         p.add_argument("--seconds", type=float, default=None, help="per measurement")
         p.add_argument("--sizes", default=None, help="producer counts, e.g. 1,4,16,64")
+        p.add_argument("--share", action="store_true",
+                       help="every group's transactional ids share one state-log partition")
 
     args = C.parse_args(__doc__.splitlines()[0], stores=False, argv=argv, extra=extra)
     seconds = args.seconds or C.pick(args.mode, 2.0, 8.0, 20.0)
@@ -262,7 +296,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
                     one = run_group(url, options, 1, seconds, f"r{r}-n{n}-one", pid)
                     singles[n].append(one)
                     res = one if n == 1 else run_group(url, options, n, seconds,
-                                                       f"r{r}-n{n}", pid)
+                                                       f"r{r}-n{n}", pid, share=args.share)
                     groups[n].append(res)
                     C.progress(f"round {r + 1}/{rounds}: {n} producer(s) "
                                f"{res['rate']:.1f} commits/s (one alone "
@@ -289,12 +323,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         rows.append([n, rate, alone, ratio, last["p50_ms"], last["p99_ms"],
                      last["cpu_ms_per_commit"], last["cpu_s_per_s"],
                      last["proxy_cpu_s_per_s"], last["load_average"], req,
+                     last["cas_lost_per_commit"], last["cas_lost_max"],
+                     last["slowest_commit"]["ms"],
+                     f"{last.get('commits_min', '-')}/{last.get('commits_max', '-')}",
                      C.fmt_counts(last["requests_per_commit"])])
     C.print_table(f"transactional producers on one root, {args.delay_ms:g} ms per request "
                   f"({seconds:g} s each, median of {rounds})",
                   ["producers", "commits/s", "one alone", "ratio to N x one",
                    "commit p50 ms", "p99 ms", "client CPU ms/commit", "client CPU s/s",
-                   "proxy CPU s/s", "load", "requests/commit", "by kind (last round)"],
+                   "proxy CPU s/s", "load", "requests/commit", "CAS lost/commit",
+                   "most CAS lost in a commit", "slowest commit ms",
+                   "fewest/most commits of one", "by kind (last round)"],
                   rows)
     goals = [{"name": f"{n} producers' commits/s vs {n} x one producer's "
                       f"({args.delay_ms:g} ms per request)",

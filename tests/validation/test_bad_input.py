@@ -59,6 +59,7 @@ from txlog.model import FORMAT_VERSION, Entry, decode_entry
 from txlog.partition_log import decode_parquet, encode_parquet
 from txlog.partition_state import READ_COMMITTED, PartitionState
 from txlog.records import KAFKA_SCHEMA, TopicPartition, kafka_table
+from txlog.state_log import VERSION as STATE_LOG_VERSION
 from txlog.state_log import StateLogPartition, state_partition_for
 from txlog.storage import open_store
 from txlog.storage.base import check_key
@@ -580,7 +581,7 @@ def test_newer_format_versions_say_upgrade(kind: str) -> None:
             decode_entry(json.dumps(dict(json.loads(valid_entry()), v=FORMAT_VERSION + 1)
                                     ).encode(), where)
         elif kind == "state_log":
-            StateLogPartition._decode(json.dumps({"v": 2}).encode(), where)
+            StateLogPartition._decode(json.dumps({"v": STATE_LOG_VERSION + 1}).encode(), where)
         elif kind == "record":
             TxnRecord.from_json(dict(valid_record(), v=RECORD_VERSION + 1), where)
         else:

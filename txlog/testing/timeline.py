@@ -54,6 +54,8 @@ class Request:
     thread: str
     site: str
     ok: bool
+    #: A conditional create that found the object there already (it lost the slot).
+    lost: bool = False
 
     @property
     def duration(self) -> float:
@@ -111,15 +113,16 @@ class TimelineStore(DelegatingStore):
         with self._lock:
             self._in_flight += 1
         start = time.monotonic()
-        ok = False
+        ok = lost = False
         try:
             result = fn(*args)
             ok = True
+            lost = kind == "put_if_absent" and result is False
             return result
         finally:
             end = time.monotonic()
             with self._lock:
-                self._requests.append(Request(kind, key, start, end, thread, site, ok))
+                self._requests.append(Request(kind, key, start, end, thread, site, ok, lost))
                 self._in_flight -= 1
                 self._last_end = end
                 self._lock.notify_all()
