@@ -20,9 +20,13 @@ import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from txlog import checksums
-from txlog.errors import CorruptObjectError
+from txlog.errors import CorruptObjectError, ObjectNotFoundError
+
+if TYPE_CHECKING:
+    from txlog.storage.base import ObjectStore
 
 log = logging.getLogger(__name__)
 
@@ -81,3 +85,22 @@ def clear() -> None:
     with _lock:
         _kept.clear()
         _kept_bytes = 0
+
+
+def ensure_objects(store: ObjectStore, copies: Mapping[str, bytes]) -> None:
+    """Make sure each batch object ``copies`` holds the bytes of exists whole before an
+    entry names it: a commit decided beside its uploads carries them in its PrepareCommit,
+    and the uploads may never have landed (the producer was killed).  The bytes match
+    the checksum the key names (TxnRecord.inline_bytes checked them), so an object found
+    there already is the same one unless a killed upload left part of it: then it is
+    replaced whole."""
+    for key, data in copies.items():
+        if store.put_if_absent(key, data):
+            continue
+        try:
+            checksums.verify(key, store.get(key))
+            continue  # (the upload landed, or another roll-forward wrote it)
+        except (CorruptObjectError, ObjectNotFoundError):
+            pass
+        log.info("replacing the partial batch object %s from its commit's copy", key)
+        store.put(key, data)

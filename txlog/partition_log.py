@@ -185,9 +185,14 @@ class PartitionLog:
         # A commit of this process whose markers are still being written (in the
         # background) would hold the LSO for a moment (its transaction is open there, by
         # a DATA or BEGIN entry): wait for it, so the next read in the process that
-        # committed sees the commit.  Outside the lock: the marker writer needs it.
+        # committed sees the commit (also one that holds no entry here yet: its
+        # decision registered the partition).  Outside the lock: the marker writer
+        # needs it.
         st = self._refresh()
-        if st.open_txns and completions.wait_for(self.store.identity, list(st.open_txns)):
+        held = bool(st.open_txns) and completions.wait_for(self.store.identity,
+                                                            list(st.open_txns))
+        if completions.wait_for_partition(self.store.identity, self.topic,
+                                          self.partition) or held:
             st = self._refresh()
         return st
 
@@ -317,11 +322,7 @@ class PartitionLog:
                      ) -> tuple[str, int, bytes | None]:
         """write_data(), also returning a copy of the object's bytes when it is at most
         ``copy_up_to`` bytes (a log entry may carry it); larger objects are let go at once."""
-        buf = encode_parquet_buffer(table)
-        data: bytes | memoryview = (memoryview(buf) if self.store.writes_buffers
-                                    else buf.to_pybytes())
-        del buf
-        key = layout.data_key(self.topic, self.partition, unique() + checksums.tag(data))
+        key, data = self.encode_object(table)
         try:
             self.store.put_new(key, data)
             size = len(data)
@@ -329,6 +330,16 @@ class PartitionLog:
         finally:
             del data
             arrow_memory.release()
+
+    def encode_object(self, table: pa.Table) -> tuple[str, bytes | memoryview]:
+        """A new batch object's key (naming its checksum) and bytes, not written yet
+        (``store.put_new`` writes it)."""
+        buf = encode_parquet_buffer(table)
+        data: bytes | memoryview = (memoryview(buf) if self.store.writes_buffers
+                                    else buf.to_pybytes())
+        del buf
+        return layout.data_key(self.topic, self.partition,
+                               unique() + checksums.tag(data)), data
 
     def append(self, spec: AppendSpec) -> AppendResult:
         """Claim the next slot for ``spec``; returns the batch's base offset.

@@ -164,11 +164,13 @@ class Worker:
         p = None
         try:
             # Shares of instances write the version-2 format (DATA entries before the
-            # decision, plain markers) and no inline copies: every kind meets in a log.
+            # decision, plain markers), no inline copies, and commits decided only once
+            # their uploads landed: every kind meets in a log and a state log.
             p = self.log.producer(transactional_id=txn_id, **{
                 "commit.appends.batches": self.rng.random() >= float(
                     self.spec.get("v2_commit_rate", 0.25)),
-                "inline.batch.bytes": 0 if self.rng.random() < 0.25 else 16_384})
+                "inline.batch.bytes": 0 if self.rng.random() < 0.25 else 16_384,
+                "commit.inline.bytes": 0 if self.rng.random() < 0.3 else 65_536})
             p.init_transactions()
         except Exception as exc:
             self.fail(oid, "init", exc)
