@@ -183,16 +183,13 @@ class PartitionLog:
 
     def refresh(self) -> PartitionState:
         # A commit of this process whose markers are still being written (in the
-        # background) would hold the LSO for a moment (its transaction is open there, by
-        # a DATA or BEGIN entry): wait for it, so the next read in the process that
-        # committed sees the commit (also one that holds no entry here yet: its
-        # decision registered the partition).  Outside the lock: the marker writer
-        # needs it.
+        # background) is open here (by a DATA or BEGIN entry, or by its decision alone):
+        # wait for it, so the next read in the process that committed sees the commit.
+        # Outside the lock: the marker writer needs it.
         st = self._refresh()
-        held = bool(st.open_txns) and completions.wait_for(self.store.identity,
-                                                            list(st.open_txns))
-        if completions.wait_for_partition(self.store.identity, self.topic,
-                                          self.partition) or held:
+        ident = self.store.identity
+        held = bool(st.open_txns) and completions.wait_for(ident, list(st.open_txns))
+        if completions.wait_for_partition(ident, self.topic, self.partition) or held:
             st = self._refresh()
         return st
 
@@ -332,8 +329,7 @@ class PartitionLog:
             arrow_memory.release()
 
     def encode_object(self, table: pa.Table) -> tuple[str, bytes | memoryview]:
-        """A new batch object's key (naming its checksum) and bytes, not written yet
-        (``store.put_new`` writes it)."""
+        """A new batch object's key (naming its checksum) and bytes, not yet written."""
         buf = encode_parquet_buffer(table)
         data: bytes | memoryview = (memoryview(buf) if self.store.writes_buffers
                                     else buf.to_pybytes())

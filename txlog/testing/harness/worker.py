@@ -163,9 +163,7 @@ class Worker:
         oid = self.rec.invoke("init", {"txn_id": txn_id})
         p = None
         try:
-            # Shares of instances write the version-2 format (DATA entries before the
-            # decision, plain markers), no inline copies, and commits decided only once
-            # their uploads landed: every kind meets in a log and a state log.
+            # Shares of instances take each older format or commit path: all meet in a log.
             p = self.log.producer(transactional_id=txn_id, **{
                 "commit.appends.batches": self.rng.random() >= float(
                     self.spec.get("v2_commit_rate", 0.25)),
