@@ -109,6 +109,7 @@ class InlineCommit(Accumulator):
         if written is None:
             return None
         if any(tp in self._registered and tp not in self._held for tp, _ in step.batches):
+            step.decided.set()  # (nothing waits for it: the uploads go on)
             return None  # (would need a BEGIN entry beside the decision: the usual path)
         return step, written
 

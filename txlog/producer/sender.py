@@ -299,6 +299,8 @@ class Sender(Appender):
             except BaseException as exc:  # the pool is shut (close() racing a send)
                 self._uploading -= 1
                 step.uploaded.set_exception(exc)
+                if step.encoded is not None:
+                    step.encoded.set_result(None)
 
     def _write_step(self, step: _Upload, uploaded: Uploaded) -> None:
         try:
