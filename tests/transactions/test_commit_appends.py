@@ -559,3 +559,66 @@ def test_a_prepare_commit_that_landed_although_its_write_failed_goes_on_as_decid
     p.commit_transaction()
     p.close()
     assert values(log, "a") == [b"kept", b"next"]
+
+
+def test_a_commit_decided_beside_its_uploads_is_one_state_log_write_and_no_begin(
+        log: txlog.Log) -> None:
+    """With commit.inline.bytes (the default) a commit of unsent small batches writes
+    one state-log record before its markers (PrepareCommit straight from Empty or
+    CompleteCommit, registering both partitions, with copies of both objects) and no
+    BEGIN entry; each marker carries its object; the records are visible once."""
+    from txlog.state_log import StateLogPartition
+
+    p = log.producer(transactional_id="inl")
+    p.init_transactions()
+    writes: list[str] = []
+    real = StateLogPartition.compare_and_set
+
+    def spy(part: StateLogPartition, txn_id: str, expected: Any, new: Any) -> bool:
+        writes.append(new.state)
+        return real(part, txn_id, expected, new)
+
+    StateLogPartition.compare_and_set = spy  # type: ignore[method-assign]
+    try:
+        for n in range(2):
+            p.begin_transaction()
+            p.send("a", f"r{n}".encode(), partition=0)
+            p.send("a", f"s{n}".encode(), partition=1)
+            p.commit_transaction()
+            p.flush()
+            rec = log.coordinator.record("inl")
+            assert rec is not None
+    finally:
+        StateLogPartition.compare_and_set = real  # type: ignore[method-assign]
+    p.close()
+    assert writes[:2] == ["PrepareCommit", "CompleteCommit"]
+    assert writes[2] == "PrepareCommit"
+    for part in (0, 1):
+        assert [e.kind for e in entries(log, "a", part)] == [COMMIT, COMMIT]
+    assert sorted(values(log, "a")) == [b"r0", b"r1", b"s0", b"s1"]
+
+
+def test_an_upload_that_fails_after_the_decision_is_written_from_its_copy(
+        log: txlog.Log, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The decision landed beside the upload, and the upload failed: the commit is
+    decided, so commit_transaction() writes the object from its copy (a create-if-absent
+    checked against the key's checksum) and returns; the records are visible once."""
+    real = type(log.store).put_new
+    failed: list[str] = []
+
+    def flaky(store: Any, key: str, data: Any) -> None:
+        if "/data/" in key and not failed:
+            failed.append(key)
+            raise StorageError("injected: the upload failed")
+        real(store, key, data)
+
+    monkeypatch.setattr(type(log.store), "put_new", flaky)
+    p = log.producer(transactional_id="upl", retries=0)
+    p.init_transactions()
+    p.begin_transaction()
+    fut = p.send("a", b"kept", partition=0)
+    p.commit_transaction()
+    assert failed and log.store.exists(failed[0])
+    assert fut.get(60).offset == 0
+    p.close()
+    assert values(log, "a") == [b"kept"]
