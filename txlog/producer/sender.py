@@ -179,6 +179,7 @@ class Sender(Appender):
                 exc = InvalidTxnStateError(
                     f"not written: an earlier queued write failed "
                     f"({self._pipeline_error or self._skip_cause})")
+                upload.decided.set()  # (no decision follows: its uploads must not wait)
                 with self._qlock:
                     upload.started = True  # nothing joins a failed step from here on
                     if uploaded is not None and not upload.dispatched:
