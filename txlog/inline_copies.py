@@ -87,14 +87,21 @@ def clear() -> None:
         _kept_bytes = 0
 
 
-def ensure_objects(store: ObjectStore, copies: Mapping[str, bytes]) -> None:
+def ensure_objects(store: ObjectStore, copies: Mapping[str, bytes | None]) -> None:
     """Make sure each batch object ``copies`` holds the bytes of exists whole before an
     entry names it: a commit decided beside its uploads carries them in its PrepareCommit,
     and the uploads may never have landed (the producer was killed).  The bytes match
     the checksum the key names (TxnRecord.inline_bytes checked them), so an object found
     there already is the same one unless a killed upload left part of it: then it is
-    replaced whole."""
+    replaced whole.  None: a damaged copy, so the object must exist already."""
     for key, data in copies.items():
+        if data is None:  # (its copy failed its checksum: only the object itself will do)
+            if not store.exists(key):
+                raise CorruptObjectError(
+                    f"the decided commit's copy of batch object {key} fails its checksum "
+                    "and the object was never written: restore the state-log record or "
+                    "the object from a backup; until then its markers are not written")
+            continue
         if store.put_if_absent(key, data):
             continue
         try:

@@ -69,7 +69,8 @@ class TxnCompleter:
         carried = prep.inline_bytes() if commit and prep.inline else {}
         if inline is None and carried:
             inline = carried
-        ensure = {} if durable else carried
+        ensure: dict[str, bytes | None] = {} if durable else {
+            k: carried.get(k) for k, _ in prep.inline}
 
         def mark(tp: TopicPartition) -> None:
             self.write_marker(tp, prep.producer_id, prep.epoch, commit,
@@ -109,7 +110,7 @@ class TxnCompleter:
                      commit: bool, pending: PendingAppend | None = None,
                      txn_id: str | None = None, *,
                      inline: Mapping[str, bytes] | None = None,
-                     ensure: Mapping[str, bytes] | None = None) -> None:
+                     ensure: Mapping[str, bytes | None] | None = None) -> None:
         """Append a COMMIT/ABORT marker for (producer_id, epoch) unless one already acts;
         a COMMIT appends the transaction's ``pending`` batch objects in the same entry,
         with copies of those whose bytes ``inline`` holds, after writing those of them

@@ -321,7 +321,7 @@ class TransactionManager(InlineCommit):
                        named: list[tuple[TopicPartition, _PendingBatch, str]],
                        copies: dict[str, bytes]) -> None:
         """Write PrepareCommit registering ``tps`` and carrying ``copies`` (see
-        Coordinator.prepare_folded); the markers are left to _complete_decided."""
+        Coordinator.prepare_end); the markers are left to _complete_decided."""
         assert self.transactional_id is not None
         t0 = time.perf_counter()
         end = self.log.coordinator.prepare_end(
