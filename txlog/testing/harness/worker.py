@@ -9,7 +9,7 @@ Roles:
   *race*: a new instance initialises while the old one commits, then both run a
   transaction at once; after an error the client usually aborts, sometimes carelessly
   commits anyway (Kafka's contract: that commit fails);
-* ``idempotent``: a non-transactional idempotent producer, one batch per operation;
+* ``idempotent``: an idempotent producer, one batch per operation, kept after failures;
 * ``consumer``: forward reads of every data partition, read_committed or
   read_uncommitted, recording positions before and after each poll and the LSO after it;
 * ``ctp``: consume-transform-produce: reads the input topic from the group's committed
