@@ -17,6 +17,7 @@ from typing import Any
 
 _lock = threading.Lock()
 _in_flight: dict[tuple[str, int, int], Future[Any]] = {}
+_by_partition: dict[tuple[str, str, int], set[Future[Any]]] = {}
 _local = threading.local()  # .completing: this thread runs completions (never waits)
 
 
@@ -31,17 +32,45 @@ def running() -> Iterator[None]:
         _local.completing = before
 
 
-def track(store_url: str, producer_id: int, epoch: int, fut: Future[Any]) -> None:
+def track(store_url: str, producer_id: int, epoch: int, fut: Future[Any],
+          partitions: Iterable[tuple[str, int]] = ()) -> None:
+    """Track a completion in flight.  ``partitions``: those where the transaction holds
+    no entry (a commit that registered them in its decision): readers there cannot meet
+    it, so they wait for it by partition (wait_for_partition)."""
     key = (store_url, producer_id, epoch)
+    parts = [(store_url, t, p) for t, p in partitions]
     with _lock:
         _in_flight[key] = fut
+        for part in parts:
+            _by_partition.setdefault(part, set()).add(fut)
 
     def done(_: Future[Any]) -> None:
         with _lock:
             if _in_flight.get(key) is fut:
                 del _in_flight[key]
+            for part in parts:
+                futs = _by_partition.get(part)
+                if futs is not None:
+                    futs.discard(fut)
+                    if not futs:
+                        del _by_partition[part]
 
     fut.add_done_callback(done)
+
+
+def wait_for_partition(store_url: str, topic: str, partition: int) -> bool:
+    """Wait for this process's completions of commits that hold no entry in
+    ``topic``/``partition`` yet (see track); True if there were any."""
+    if getattr(_local, "completing", False) or not _by_partition:
+        return False
+    with _lock:
+        futs = list(_by_partition.get((store_url, topic, partition), ()))
+    for f in futs:
+        try:
+            f.result()
+        except Exception:
+            pass
+    return bool(futs)
 
 
 def wait_for(store_url: str, txns: Iterable[tuple[int, int]]) -> bool:

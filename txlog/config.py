@@ -48,6 +48,12 @@ DEFAULTS: dict[str, tuple[Any, type, str]] = {
                                         "in all), so that readers following the log need "
                                         "not fetch it (format version 4: 0 while txlog "
                                         "before 0.4 still reads the topics)"),
+    "commit.inline.bytes": (65_536, int, "producer: a commit whose last batch objects are "
+                                         "each within inline.batch.bytes and this in all "
+                                         "carries their bytes in its PrepareCommit and is "
+                                         "decided beside their uploads (state record "
+                                         "version 3: 0 while txlog before 0.4 still "
+                                         "reads the root)"),
     "checkpoint.interval.batches": (1000, int, "write a partition checkpoint every N batches"),
     "retention.ms": (-1, int, "delete batches older than this (-1: keep forever)"),
     "retention.bytes": (-1, int, "delete oldest batches beyond this size (-1: no limit)"),
@@ -90,6 +96,7 @@ RANGES: dict[str, tuple[int, int]] = {
     "buffer.memory": (1, _INT64),
     "retries": (0, _INT32),
     "inline.batch.bytes": (0, 65_536),
+    "commit.inline.bytes": (0, 65_536),
     "checkpoint.interval.batches": (1, _INT32),
     "retention.ms": (-1, _INT64),
     "retention.bytes": (-1, _INT64),

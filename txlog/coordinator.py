@@ -11,10 +11,11 @@ a transaction in Prepare* rolls it forward; one past its timeout is fenced and a
 
 from __future__ import annotations
 
+import base64
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -138,7 +139,9 @@ class Coordinator(TxnCompleter):
         return end if end.prep is None or end.completed else self.complete(end.prep)
 
     def prepare_end(self, txn_id: str, producer_id: int, epoch: int, commit: bool,
-                    pending: tuple[PendingAppend, ...] = ()) -> TxnEnd:
+                    pending: tuple[PendingAppend, ...] = (), *,
+                    register: Iterable[TopicPartition] = (),
+                    inline: Mapping[str, bytes] | None = None) -> TxnEnd:
         """EndTxn up to its decision.  Returns the end decided by the persisted Prepare*
         record (``prep``), which :meth:`complete` then rolls forward (the outcome is
         decided once it is durable, as Kafka answers EndTxn before its markers are
@@ -147,12 +150,24 @@ class Coordinator(TxnCompleter):
         ``pending`` (a commit only) names written batch objects that no entry appended
         yet: the PrepareCommit record carries them, and its COMMIT markers append them
         (one entry per partition), so the decision waits for no DATA entry.  Their
-        partitions must be registered already."""
-        assert commit or not pending
+        partitions must be registered already, or be in ``register`` (AddPartitions
+        folded into the decision: one state-log write).  ``inline``: the bytes of pending
+        objects that may still be uploading; the record carries base64 copies, and
+        whoever rolls it forward writes them first (TxnCompleter.write_markers)."""
+        assert commit or not (pending or inline)
+        if inline:
+            wanted = tuple(sorted({(tp.topic, tp.partition) for tp in register}))
+            copies = tuple(sorted((k, base64.b64encode(v).decode())
+                                  for k, v in inline.items()))
+            decision = partial(decide.commit_folded, txn_id=txn_id, producer_id=producer_id,
+                               epoch=epoch, wanted=wanted, pending=pending, inline=copies)
+        else:
+            assert not register
+            decision = partial(decide.end_txn, txn_id=txn_id, producer_id=producer_id,
+                               epoch=epoch, commit=commit, pending=pending)
         got = self.state_log.partition_for(txn_id).run(
-            txn_id, partial(decide.end_txn, txn_id=txn_id, producer_id=producer_id,
-                            epoch=epoch, commit=commit, pending=pending),
-            complete=self.complete, expire=partial(self.abort_if_expired, txn_id),
+            txn_id, decision, complete=self.complete,
+            expire=partial(self.abort_if_expired, txn_id),
             expired=self._owner_expired, owner=(producer_id, epoch))
         if isinstance(got, TxnRecord):
             return TxnEnd.decided(got)

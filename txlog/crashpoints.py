@@ -35,3 +35,9 @@ def crashpoint(name: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
     if name == _STOP[0] and hits == _STOP[1]:
         os.kill(os.getpid(), signal.SIGSTOP)
+
+
+def armed(name: str) -> bool:
+    """Whether a crash test set crash point ``name`` (it may then hold the process at a
+    state that the test needs, such as a decision landed before an upload)."""
+    return name in (_KILL[0], _STOP[0])

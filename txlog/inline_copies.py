@@ -20,9 +20,13 @@ import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from txlog import checksums
-from txlog.errors import CorruptObjectError
+from txlog.errors import CorruptObjectError, ObjectNotFoundError
+
+if TYPE_CHECKING:
+    from txlog.storage.base import ObjectStore
 
 log = logging.getLogger(__name__)
 
@@ -81,3 +85,29 @@ def clear() -> None:
     with _lock:
         _kept.clear()
         _kept_bytes = 0
+
+
+def ensure_objects(store: ObjectStore, copies: Mapping[str, bytes | None]) -> None:
+    """Make sure each batch object ``copies`` holds the bytes of exists whole before an
+    entry names it: a commit decided beside its uploads carries them in its PrepareCommit,
+    and the uploads may never have landed (the producer was killed).  The bytes match
+    the checksum the key names (TxnRecord.inline_bytes checked them), so an object found
+    there already is the same one unless a killed upload left part of it: then it is
+    replaced whole.  None: a damaged copy, so the object must exist already."""
+    for key, data in copies.items():
+        if data is None:  # (its copy failed its checksum: only the object itself will do)
+            if not store.exists(key):
+                raise CorruptObjectError(
+                    f"the decided commit's copy of batch object {key} fails its checksum "
+                    "and the object was never written: restore the state-log record or "
+                    "the object from a backup; until then its markers are not written")
+            continue
+        if store.put_if_absent(key, data):
+            continue
+        try:
+            checksums.verify(key, store.get(key))
+            continue  # (the upload landed, or another roll-forward wrote it)
+        except (CorruptObjectError, ObjectNotFoundError):
+            pass
+        log.info("replacing the partial batch object %s from its commit's copy", key)
+        store.put(key, data)

@@ -193,11 +193,13 @@ class PartitionLog:
 
     def refresh(self) -> PartitionState:
         # A commit of this process whose markers are still being written (in the
-        # background) would hold the LSO for a moment (its transaction is open there, by
-        # a DATA or BEGIN entry): wait for it, so the next read in the process that
-        # committed sees the commit.  Outside the lock: the marker writer needs it.
+        # background) is open here (by a DATA or BEGIN entry, or by its decision alone):
+        # wait for it, so the next read in the process that committed sees the commit.
+        # Outside the lock: the marker writer needs it.
         st = self._refresh()
-        if st.open_txns and completions.wait_for(self.store.identity, list(st.open_txns)):
+        ident = self.store.identity
+        held = bool(st.open_txns) and completions.wait_for(ident, list(st.open_txns))
+        if completions.wait_for_partition(ident, self.topic, self.partition) or held:
             st = self._refresh()
         return st
 
@@ -327,11 +329,7 @@ class PartitionLog:
                      ) -> tuple[str, int, bytes | None]:
         """write_data(), also returning a copy of the object's bytes when it is at most
         ``copy_up_to`` bytes (a log entry may carry it); larger objects are let go at once."""
-        buf = encode_parquet_buffer(table)
-        data: bytes | memoryview = (memoryview(buf) if self.store.writes_buffers
-                                    else buf.to_pybytes())
-        del buf
-        key = layout.data_key(self.topic, self.partition, unique() + checksums.tag(data))
+        key, data = self.encode_object(table)
         try:
             self.store.put_new(key, data)
             size = len(data)
@@ -339,6 +337,15 @@ class PartitionLog:
         finally:
             del data
             arrow_memory.release()
+
+    def encode_object(self, table: pa.Table) -> tuple[str, bytes | memoryview]:
+        """A new batch object's key (naming its checksum) and bytes, not yet written."""
+        buf = encode_parquet_buffer(table)
+        data: bytes | memoryview = (memoryview(buf) if self.store.writes_buffers
+                                    else buf.to_pybytes())
+        del buf
+        return layout.data_key(self.topic, self.partition,
+                               unique() + checksums.tag(data)), data
 
     def append(self, spec: AppendSpec) -> AppendResult:
         """Claim the next slot for ``spec``; returns the batch's base offset.

@@ -241,6 +241,31 @@ def end_txn(cur: TxnRecord | None, facts: Facts, *, txn_id: str, producer_id: in
                                 abort_reason="" if commit else "client"))
 
 
+def commit_folded(cur: TxnRecord | None, facts: Facts, *, txn_id: str, producer_id: int,
+                  epoch: int, wanted: tuple[tuple[str, int], ...],
+                  pending: tuple[PendingAppend, ...],
+                  inline: tuple[tuple[str, str], ...]) -> Decision:
+    """EndTxn(commit) with AddPartitionsToTxn folded in: register ``wanted`` and decide
+    in one write (PrepareCommit straight from Empty or Complete*, or from the owner's
+    Ongoing record with ``wanted`` merged in), carrying ``inline`` copies of pending
+    objects whose uploads may not have landed.  Anything else decides as EndTxn."""
+    err = owner_error(txn_id, cur, producer_id, epoch)
+    if err is None and cur is not None and (
+            cur.state == ONGOING or cur.state in COMPLETE):
+        merged = tuple(sorted(set(cur.partitions if cur.state == ONGOING else ())
+                              | set(wanted)))
+        if cur.state == ONGOING and facts.expired(cur):
+            return Expire(timeout_error(txn_id))
+        changes: dict[str, object] = {}
+        if cur.state != ONGOING:  # the transaction begins and is decided in this write
+            changes = {"txn_start_ms": facts.now}
+        return Write(cur.transition(PREPARE_COMMIT, partitions=merged, pending=pending,
+                                    inline=inline, last_update_ms=facts.now,
+                                    abort_reason="", **changes))
+    return end_txn(cur, facts, txn_id=txn_id, producer_id=producer_id, epoch=epoch,
+                   commit=True, pending=pending)
+
+
 def abort_if_expired(cur: TxnRecord | None, facts: Facts) -> Decision:
     """Liveness without a daemon: roll a Prepare* forward, or fence and abort an open
     transaction past its timeout; otherwise nothing."""

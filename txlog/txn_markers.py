@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from txlog import inline_copies
 from txlog.crashpoints import crashpoint
 from txlog.fanout import fan_out
 from txlog.model import ABORT, COMMIT
@@ -53,19 +54,28 @@ class TxnCompleter:
         return self.finish(prep)
 
     def write_markers(self, prep: TxnRecord,
-                      inline: Mapping[str, bytes] | None = None) -> None:
+                      inline: Mapping[str, bytes] | None = None, *,
+                      durable: bool = False) -> None:
         """Write a Prepare* record's markers to every partition it registered; a COMMIT
         marker carries copies of the pending objects ``inline`` holds the bytes of (the
-        committing producer's; a roll-forward by anyone else has none)."""
+        committing producer's), or else of those the record itself carries.  A record
+        that carries copies was decided beside its uploads: each such object is written
+        from its copy (if missing) before a marker names it, unless the caller knows
+        the uploads landed (``durable``)."""
         commit = prep.state == PREPARE_COMMIT
         crashpoint("after_prepare")
 
         pending = {(a.topic, a.partition): a for a in prep.pending}
+        carried = prep.inline_bytes() if commit and prep.inline else {}
+        if inline is None and carried:
+            inline = carried
+        ensure: dict[str, bytes | None] = {} if durable else {
+            k: carried.get(k) for k, _ in prep.inline}
 
         def mark(tp: TopicPartition) -> None:
             self.write_marker(tp, prep.producer_id, prep.epoch, commit,
                               pending.get((tp.topic, tp.partition)), prep.txn_id,
-                              inline=inline)
+                              inline=inline, ensure=ensure)
             crashpoint("after_marker")
 
         tps = [TopicPartition(topic, p) for topic, p in prep.partitions]
@@ -99,10 +109,12 @@ class TxnCompleter:
     def write_marker(self, tp: TopicPartition, producer_id: int, epoch: int,
                      commit: bool, pending: PendingAppend | None = None,
                      txn_id: str | None = None, *,
-                     inline: Mapping[str, bytes] | None = None) -> None:
+                     inline: Mapping[str, bytes] | None = None,
+                     ensure: Mapping[str, bytes | None] | None = None) -> None:
         """Append a COMMIT/ABORT marker for (producer_id, epoch) unless one already acts;
         a COMMIT appends the transaction's ``pending`` batch objects in the same entry,
-        with copies of those whose bytes ``inline`` holds."""
+        with copies of those whose bytes ``inline`` holds, after writing those of them
+        ``ensure`` holds the bytes of where they are missing."""
         plog = self.log.partition_log(tp)
         # The cached state suffices: a decided transaction stays decided, and append()
         # re-reads the tail and re-checks for another marker if its slot was taken.
@@ -113,6 +125,9 @@ class TxnCompleter:
                 st.fence_epoch.get(producer_id, -1) >= epoch:
             return
         parts = list(pending.parts) if commit and pending is not None else None
+        if parts and ensure:
+            inline_copies.ensure_objects(plog.store, {
+                p[0]: ensure[p[0]] for p in parts if p[0] in ensure})
         plog.append(AppendSpec(
             kind=COMMIT if commit else ABORT, count=1, producer_id=producer_id, epoch=epoch,
             transactional=True, parts=parts,

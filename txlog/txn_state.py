@@ -5,11 +5,13 @@ state log before it takes effect.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, NamedTuple
 
-from txlog import layout
+from txlog import checksums, layout
 from txlog.errors import (
     CorruptObjectError,
     InvalidTransactionTimeoutError,
@@ -36,7 +38,9 @@ VALID_PREVIOUS: dict[str, frozenset[str]] = {
     # same state-log write that registers the next transaction's first partitions
     # (Coordinator.complete_into_next); the record then names the commit in prev_*.
     ONGOING: frozenset({ONGOING, EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT, PREPARE_COMMIT}),
-    PREPARE_COMMIT: frozenset({ONGOING}),
+    # From Empty and Complete* too: a commit whose partitions are not registered yet
+    # registers them in its PrepareCommit (one state-log write, no Ongoing record).
+    PREPARE_COMMIT: frozenset({ONGOING, EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT}),
     PREPARE_ABORT: frozenset({ONGOING}),
     COMPLETE_COMMIT: frozenset({PREPARE_COMMIT}),
     COMPLETE_ABORT: frozenset({PREPARE_ABORT}),
@@ -50,8 +54,12 @@ MAX_EPOCH = 32_766  # Kafka's epochs are shorts; the last one is reserved
 #: Version 2: a PrepareCommit that names batch objects still to append (``pending``); every
 #: other record is still written as version 1.  An older txlog must refuse it: rolling
 #: the commit forward without appending them would commit the transaction without them.
-RECORD_VERSION = 2
+#: Version 3: a PrepareCommit that also carries the bytes of pending objects that may not
+#: be durable yet (``inline``).  An older txlog must refuse it: rolling the commit forward
+#: without writing them first would name objects that do not exist.
+RECORD_VERSION = 3
 PENDING_VERSION = 2
+INLINE_VERSION = 3
 
 #: A batch object to append: key, count, nbytes, ts_min, ts_max (None: no record has a
 #: timestamp of its own), untimed (some record has none).
@@ -102,6 +110,10 @@ class TxnRecord:
     # decision then needs no DATA entry before it: the objects are durable, and whoever
     # rolls the commit forward appends them with the markers.
     pending: tuple[PendingAppend, ...] = ()
+    # PrepareCommit only: base64 copies of pending objects (key -> text) written beside
+    # the decision, not before it.  Whoever rolls the commit forward writes each one
+    # (checked against the CRC-32 its key names) before a marker names it.
+    inline: tuple[tuple[str, str], ...] = ()
     # The state-log slot whose record began the open transaction: the store's stamp on
     # that object is when the transaction began on the store's clock (store_clock.py).
     # Set by the state log as it writes the record; -1 if unknown (older records).
@@ -115,7 +127,8 @@ class TxnRecord:
                 f"transaction {self.txn_id!r} cannot go from {self.state} to {state}"
             )
         changes.setdefault("pending", ())  # named by one PrepareCommit record, never kept
-        if changes["pending"] and state != PREPARE_COMMIT:
+        changes.setdefault("inline", ())  # (likewise)
+        if (changes["pending"] or changes["inline"]) and state != PREPARE_COMMIT:
             raise InvalidTxnStateError(f"{state} cannot name batch objects to append")
         return replace(self, state=state, **changes)
 
@@ -133,10 +146,14 @@ class TxnRecord:
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d["partitions"] = [list(p) for p in self.partitions]
+        inline = d.pop("inline")
         if self.pending:
             d["pending"] = [[a.topic, a.partition, a.base_sequence, [list(p) for p in a.parts]]
                             for a in self.pending]
             d["v"] = PENDING_VERSION
+            if inline:
+                d["inline"] = {k: text for k, text in inline}
+                d["v"] = INLINE_VERSION
         else:
             del d["pending"]  # (version 1 records, as txlog before 0.3 reads them)
             d["v"] = 1
@@ -166,6 +183,7 @@ class TxnRecord:
                 prev_outcome=str(d.get("prev_outcome", "")),
                 extra=dict(d.get("extra") or {}),
                 pending=_pending_of(d.get("pending") or []),
+                inline=_inline_of(d.get("inline") or {}),
                 start_slot=int(d.get("start_slot", -1)),
             )
         except (KeyError, TypeError, ValueError, OverflowError) as exc:
@@ -176,7 +194,26 @@ class TxnRecord:
             raise CorruptObjectError(
                 f"transaction record in {where} is {rec.state} but names batch objects to "
                 "append (only PrepareCommit does)")
+        named = {p[0] for a in rec.pending for p in a.parts}
+        if any(k not in named for k, _ in rec.inline):
+            raise CorruptObjectError(
+                f"transaction record in {where} carries a copy of a batch object it does "
+                "not name as pending")
         return rec
+
+    def inline_bytes(self) -> dict[str, bytes]:
+        """The copies this PrepareCommit carries, decoded, that match the CRC-32 their
+        keys name (a damaged one is left out: its object is then read, or found missing,
+        as without a copy)."""
+        out: dict[str, bytes] = {}
+        for key, text in self.inline:
+            try:
+                raw = base64.b64decode(text, validate=True)
+                if checksums.expected(key) is not None:
+                    out[key] = checksums.verify(key, raw, what="copy of batch object")
+            except (binascii.Error, ValueError, CorruptObjectError):
+                continue
+        return out
 
 
 #: How a transaction ended (TxnEnd.outcome); NOTHING: there was nothing to end.
@@ -261,6 +298,19 @@ def _pending_of(raw: list[Any]) -> tuple[PendingAppend, ...]:
             raise ValueError(f"pending batch object {foreign[0]!r} is not "
                              f"{topic}-{partition}'s own")
         out.append(PendingAppend(topic, partition, seq, tuple(ps)))
+    return tuple(out)
+
+
+def _inline_of(raw: Any) -> tuple[tuple[str, str], ...]:
+    """Decode ``inline`` (key -> base64 text); raises TypeError/ValueError on anything
+    malformed (the bytes are checked when used, see TxnRecord.inline_bytes)."""
+    if not isinstance(raw, dict):
+        raise TypeError("inline copies are not an object")
+    out = []
+    for key, text in sorted(raw.items()):
+        if not (isinstance(key, str) and key and isinstance(text, str)):
+            raise ValueError(f"invalid inline copy of {key!r}")
+        out.append((key, text))
     return tuple(out)
 
 

@@ -74,6 +74,43 @@ def test_begin_entries_are_written_beside_prepare_commit(
 
     monkeypatch.setattr(PartitionLog, "append", append)
     monkeypatch.setattr(Coordinator, "prepare_end", prepare_end)
+    # (decided after the uploads: a commit decided beside them writes no BEGIN entry)
+    p = lg.producer(transactional_id="tx", **{"linger.ms": 600_000, "commit.inline.bytes": 0})
+    p.init_transactions()
+    p.begin_transaction()
+    p.send("t", b"a", partition=0)
+    p.send("t", b"b", partition=1)
+    p.commit_transaction()
+    p.close()
+    assert sorted(read_all(lg, "t")) == [b"a", b"b"]
+
+
+def test_a_small_commit_is_decided_beside_its_uploads(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A commit whose small batches are unsent (commit.inline.bytes, the default): its
+    PrepareCommit and both objects' puts are in flight together, one round trip, and
+    no AddPartitions precedes it."""
+    lg = _remote_like(tmp_path)
+    barrier = threading.Barrier(3, timeout=60)
+    store_type = type(lg.store)
+    real_put = store_type.put_new
+    real_prepare = Coordinator.prepare_end
+    added: list[Any] = []
+
+    def put_new(store: Any, key: str, data: Any) -> None:
+        if "/data/" in key:
+            barrier.wait()
+        real_put(store, key, data)
+
+    def prepare_end(coord: Coordinator, *args: Any, **kwargs: Any) -> Any:
+        if args[3]:  # a commit
+            barrier.wait()
+        return real_prepare(coord, *args, **kwargs)
+
+    monkeypatch.setattr(store_type, "put_new", put_new)
+    monkeypatch.setattr(Coordinator, "prepare_end", prepare_end)
+    monkeypatch.setattr(Coordinator, "add_partitions",
+                        lambda *a, **k: added.append(a))  # (must not be called)
     p = lg.producer(transactional_id="tx", **{"linger.ms": 600_000})
     p.init_transactions()
     p.begin_transaction()
@@ -81,6 +118,7 @@ def test_begin_entries_are_written_beside_prepare_commit(
     p.send("t", b"b", partition=1)
     p.commit_transaction()
     p.close()
+    assert added == []
     assert sorted(read_all(lg, "t")) == [b"a", b"b"]
 
 

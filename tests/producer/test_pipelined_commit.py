@@ -366,7 +366,9 @@ def _commit_second_while_first_held(
         return out
 
     monkeypatch.setattr(PartitionLog, "write_object", write_object)
-    p, gate, first = held_commit(log, gates, txn_id, [b"first"], fail=fail)
+    # (the objects as write_object writes them: decided after its uploads)
+    p, gate, first = held_commit(log, gates, txn_id, [b"first"], fail=fail,
+                                 **{"commit.inline.bytes": 0})
     p.begin_transaction()
     p.send("a", b"second", partition=0)
     outcome: list[BaseException | None] = []

@@ -86,7 +86,8 @@ def test_a_failed_commit_seen_first_by_another_thread_stays_abortable(
     """The commit step fails and another thread takes the failure before the commit
     call returns: the state is abortable, not READY, so the failed transaction's first
     batch is never committed by the next one."""
-    p = log.producer(transactional_id="race", linger_ms=60_000)
+    # (the commit's own AddPartitions fails: one decided after its uploads registers)
+    p = log.producer(transactional_id="race", linger_ms=60_000, **{"commit.inline.bytes": 0})
     p.init_transactions()
     p.begin_transaction()
     p.send("a", b"t1-partial", partition=0)

@@ -1,7 +1,8 @@
 """Child process for crash tests: runs transactions until TXLOG_CRASH_AT kills it.
 
 argv: root, transactional_id, transactions, timeout_ms[, "old": commit.appends.batches
-off].  Each transaction n writes
+off; "plain": commit.inline.bytes 0, so the decision waits for the uploads; "new": the
+defaults].  Each transaction n writes
 "n:<topic>:<partition>" to every partition of topics a (3) and b (2) and commits offsets.
 """
 
@@ -16,9 +17,10 @@ from txlog import TopicPartition
 def main() -> None:
     root, txn_id, count, timeout = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     log = txlog.connect(root)
-    old = len(sys.argv) > 5 and sys.argv[5] == "old"
+    mode = sys.argv[5] if len(sys.argv) > 5 else "new"
     p = log.producer(transactional_id=txn_id, transaction_timeout_ms=timeout, linger_ms=10_000,
-                     **{"commit.appends.batches": not old})
+                     **{"commit.appends.batches": mode != "old",
+                        "commit.inline.bytes": 0 if mode == "plain" else 65_536})
     p.init_transactions()
     for n in range(count):
         p.begin_transaction()

@@ -37,17 +37,33 @@ POINTS = [
 # The same with commit.appends.batches=false (format version 2): 6 appends, no BEGIN.
 OLD_POINTS = [("after_data_append", 7), ("after_data_append", 10), ("after_data_append", 12),
               ("after_prepare", 2), ("after_marker", 9)]
+# A commit decided beside its uploads (commit.inline.bytes): per transaction 1
+# AddPartitions (the offsets partition; the 5 data partitions are registered by the
+# PrepareCommit itself), 1 append (the offsets), 1 PrepareCommit, no BEGIN entry, 5
+# uploads (armed, they wait for the decision: after_inline_decision is hit before each),
+# 6 markers, 1 Complete.
+INLINE_POINTS = [
+    ("after_add_partitions", 2), ("after_data_append", 2), ("after_decision", 2),
+    ("after_inline_decision", 6), ("after_inline_decision", 8),
+    ("after_inline_decision", 10), ("after_prepare", 2), ("after_marker", 8),
+    ("before_complete", 2)]
+#: Those where the second transaction is decided (it must end visible once recovered).
+INLINE_DECIDED = [p for p in INLINE_POINTS if p[0] not in (
+    "after_add_partitions", "after_data_append")]
 TOPICS = {"a": 3, "b": 2}
 
 
 def run_child(root: str, crash: str | None, timeout_ms: int, count: int = 3,
-              old: bool = False) -> int:
+              old: bool = False, mode: str = "plain") -> int:
+    """Run crash_child.py; ``mode`` "plain" (the default here: the decision waits for
+    the uploads, as the points above count) or "new" (a commit decided beside its
+    uploads, INLINE_POINTS)."""
     env = dict(os.environ)
     env.pop("TXLOG_CRASH_AT", None)
     if crash:
         env["TXLOG_CRASH_AT"] = crash
     proc = subprocess.run([sys.executable, CHILD, root, "tx", str(count), str(timeout_ms),
-                           "old" if old else "new"],
+                           "old" if old else mode],
                           env=env, capture_output=True, timeout=120)
     return proc.returncode
 
@@ -245,3 +261,90 @@ def test_only_the_committing_producers_markers_carry_copies(tmp_path: Path) -> N
     (first, second) = (by_txn[k] for k in sorted(by_txn, key=lambda k: k[1]))
     assert first == [True] * 5  # written by the producer, every one with its copy
     assert sorted(second) == [False, False, False, True, True]  # 2 before the kill
+
+
+def _killed_inline(tmp_path: Path, point: str, hit: int, timeout_ms: int = 60_000) -> str:
+    root = str(tmp_path)
+    log = txlog.connect(root)
+    for t, n in TOPICS.items():
+        log.create_topic(t, partitions=n)
+    rc = run_child(root, f"{point}:{hit}", timeout_ms=timeout_ms, mode="new")
+    assert rc == -9, f"child was not killed at {point}:{hit} (rc={rc})"
+    return root
+
+
+def _objects_missing(root: str) -> int:
+    """Batch objects of the killed transaction its uploads never wrote (named by the
+    PrepareCommit's copies)."""
+    log = txlog.connect(root)
+    rec = log.coordinator.record("tx")
+    assert rec is not None
+    return sum(not log.store.exists(k) for k, _ in rec.inline)
+
+
+@pytest.mark.parametrize("point,hit", INLINE_POINTS, ids=[f"{p}:{h}" for p, h in INLINE_POINTS])
+def test_inline_commit_crash_then_new_instance_recovers(tmp_path: Path, point: str,
+                                                        hit: int) -> None:
+    """A commit decided beside its uploads, killed at each step: a new instance leaves
+    the second transaction visible on all its partitions once (if it was decided), or
+    nowhere; never torn, never twice."""
+    root = _killed_inline(tmp_path, point, hit)
+    p = txlog.connect(root).producer(transactional_id="tx")
+    p.init_transactions()
+    seen = assert_atomic_and_unstuck(txlog.connect(root))
+    assert set(seen) == ({0, 1} if (point, hit) in INLINE_DECIDED else {0})
+    committed = txlog.connect(root).consumer(group_id="g").committed([TopicPartition("a", 0)])
+    assert committed[TopicPartition("a", 0)] == max(seen) + 1
+
+
+@pytest.mark.parametrize("hit", [6, 8, 10])
+def test_inline_commit_crash_before_uploads_then_maintain_recovers(tmp_path: Path,
+                                                                   hit: int) -> None:
+    """Killed once its PrepareCommit (with the copies) landed and before some or all of
+    its uploads: `txlog maintain` writes the missing objects from the copies, then the
+    markers, and the transaction is visible on all its partitions exactly once."""
+    root = _killed_inline(tmp_path, "after_inline_decision", hit)
+    assert _objects_missing(root) == 5 - (hit - 6)
+    assert set(assert_atomic_and_unstuck(txlog.connect(root))) == {0}  # not yet visible
+    assert txlog.connect(root).coordinator.sweep() == ["tx"]
+    assert set(assert_atomic_and_unstuck(txlog.connect(root))) == {0, 1}
+
+
+def test_inline_commit_crash_before_uploads_then_a_reader_recovers(tmp_path: Path) -> None:
+    """Killed before any upload of its decided commit: a reader that meets the
+    transaction (the offsets partition holds its LSO at the transaction's offsets
+    entry) rolls it forward, writing the objects from the copies, and every partition
+    then shows it once."""
+    root = _killed_inline(tmp_path, "after_inline_decision", 6)
+    assert _objects_missing(root) == 5
+    committed = txlog.connect(root).consumer(group_id="g").committed([TopicPartition("a", 0)])
+    assert committed[TopicPartition("a", 0)] == 2  # the second transaction's offsets
+    assert _objects_missing(root) == 0
+    assert set(assert_atomic_and_unstuck(txlog.connect(root))) == {0, 1}
+
+
+def test_a_damaged_copy_of_a_missing_object_stops_the_roll_forward(tmp_path: Path) -> None:
+    """Killed before any upload of its decided commit, and the record's copy of one
+    object then damaged: the roll-forward refuses (CorruptObjectError naming the object)
+    rather than append a marker that names an object that does not exist; the partition
+    of that object gets no marker, and no record of the transaction is visible there."""
+    import json
+
+    from txlog.errors import CorruptObjectError
+
+    root = _killed_inline(tmp_path, "after_inline_decision", 6)
+    log = txlog.connect(root)
+    part = log.coordinator.state_log.partition_for("tx")
+    part.refresh()
+    slot = part.next_slot - 1
+    key = part.entry_key(slot)
+    body = json.loads(log.store.get(key))
+    victim = sorted(body["record"]["inline"])[0]
+    body["record"]["inline"][victim] = "AAAA"  # (valid base64, wrong bytes)
+    log.store.put(key, json.dumps(body).encode())
+    with pytest.raises(CorruptObjectError, match=victim.split("/")[-1]):
+        txlog.connect(root).coordinator.sweep()
+    topic, p = victim.split("/")[1], int(victim.split("/")[2])
+    st = txlog.connect(root).partition_log(TopicPartition(topic, p)).refresh()
+    assert all(b != victim for b in st.batches.data)
+    assert not log.store.exists(victim)

@@ -22,6 +22,10 @@ from txlog.partition_log import AppendSpec, PartitionLog
 from txlog.records import kafka_table
 from txlog.txn_state import ONGOING, PREPARE_COMMIT, PendingAppend, TxnRecord
 
+#: The decision written after the uploads, beside BEGIN entries (what these tests
+#: look at); a commit decided beside its uploads is tested with its own name.
+PLAIN = {"commit.inline.bytes": 0}
+
 
 def entries(log: txlog.Log, topic: str, partition: int) -> list[Any]:
     from helpers import data_entries
@@ -52,7 +56,7 @@ def test_a_small_commit_writes_begin_then_one_marker_that_carries_its_batch(
     conditional writes per transaction (AddPartitions, BEGIN, PrepareCommit) before the
     decision, and the marker after it.  The batch's records take the offsets before the
     marker; futures, a fresh reader and the LSO agree."""
-    p = log.producer(transactional_id="small")
+    p = log.producer(transactional_id="small", **PLAIN)
     p.init_transactions()
     futs = []
     for n in range(3):
@@ -68,22 +72,27 @@ def test_a_small_commit_writes_begin_then_one_marker_that_carries_its_batch(
     assert st.last_stable_offset == st.high_watermark == 6 and not st.open_txns
 
 
+@pytest.mark.parametrize("inline", [False, True], ids=["begin-entry", "decided-beside"])
 def test_a_read_in_the_committing_process_sees_the_commit(
-        log: txlog.Log, monkeypatch: pytest.MonkeyPatch) -> None:
+        log: txlog.Log, monkeypatch: pytest.MonkeyPatch, inline: bool) -> None:
     """commit_transaction() returns once PrepareCommit is durable; a read in the same
     process waits for the marker that appends the batch (the BEGIN entry tells it the
-    transaction is open there), so it never misses the commit it just made."""
+    transaction is open there; a commit decided beside its uploads writes none, and the
+    process knows the partitions it registered), so it never misses the commit it just
+    made."""
     from txlog import completions
 
     gate, waiting = threading.Event(), threading.Event()
-    real_wait = completions.wait_for
+    name = "wait_for_partition" if inline else "wait_for"
+    real_wait = getattr(completions, name)
 
     def spy(*args: Any) -> bool:
-        waiting.set()
-        return real_wait(*args)
+        if not inline or tuple(args) in completions._by_partition:
+            waiting.set()  # (about to wait for this process's commit)
+        return bool(real_wait(*args))
 
-    monkeypatch.setattr(completions, "wait_for", spy)
-    p = log.producer(transactional_id="ryw")
+    monkeypatch.setattr(completions, name, spy)
+    p = log.producer(transactional_id="ryw", **({} if inline else PLAIN))
     p.init_transactions()
     real = log.coordinator.write_marker
 
@@ -187,7 +196,7 @@ def test_a_failed_marker_leaves_the_commit_standing_and_the_next_call_appends_it
         return real(plog, spec)
 
     monkeypatch.setattr(PartitionLog, "append", flaky)
-    p = log.producer(transactional_id="flaky", retries=0)
+    p = log.producer(transactional_id="flaky", retries=0, **PLAIN)
     p.init_transactions()
     p.begin_transaction()
     fut = p.send("a", b"kept", partition=0)
@@ -366,7 +375,7 @@ def _commit_whose_marker_fails(log: txlog.Log, monkeypatch: pytest.MonkeyPatch,
     """A producer whose commit of one record was decided but whose marker failed:
     (producer, the record's future, the switch that heals the store)."""
     fail = _failing_markers(monkeypatch, error)
-    p = log.producer(transactional_id=txn_id, retries=0)
+    p = log.producer(transactional_id=txn_id, retries=0, **PLAIN)
     p.init_transactions()
     p.begin_transaction()
     fut = p.send("a", b"kept", partition=0)
@@ -550,3 +559,61 @@ def test_a_prepare_commit_that_landed_although_its_write_failed_goes_on_as_decid
     p.commit_transaction()
     p.close()
     assert values(log, "a") == [b"kept", b"next"]
+
+
+def test_a_commit_decided_beside_its_uploads_is_one_state_log_write_and_no_begin(
+        log: txlog.Log, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With commit.inline.bytes (the default) a commit of unsent small batches writes
+    one state-log record before its markers (PrepareCommit straight from Empty or
+    CompleteCommit, registering both partitions, with copies of both objects) and no
+    BEGIN entry; each marker carries its object; the records are visible once."""
+    from txlog.state_log import StateLogPartition
+
+    p = log.producer(transactional_id="inl")
+    p.init_transactions()
+    writes: list[str] = []
+    real = StateLogPartition.compare_and_set
+
+    def spy(part: StateLogPartition, txn_id: str, expected: Any, new: Any) -> bool:
+        writes.append(new.state)
+        return real(part, txn_id, expected, new)
+
+    monkeypatch.setattr(StateLogPartition, "compare_and_set", spy)
+    for n in range(2):
+        p.begin_transaction()
+        p.send("a", f"r{n}".encode(), partition=0)
+        p.send("a", f"s{n}".encode(), partition=1)
+        p.commit_transaction()
+    p.close()
+    monkeypatch.setattr(StateLogPartition, "compare_and_set", real)
+    assert writes[:2] == ["PrepareCommit", "CompleteCommit"]
+    assert writes[2] == "PrepareCommit"
+    for part in (0, 1):
+        assert [e.kind for e in entries(log, "a", part)] == [COMMIT, COMMIT]
+    assert sorted(values(log, "a")) == [b"r0", b"r1", b"s0", b"s1"]
+
+
+def test_an_upload_that_fails_after_the_decision_is_written_from_its_copy(
+        log: txlog.Log, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The decision landed beside the upload, and the upload failed: the commit is
+    decided, so commit_transaction() writes the object from its copy (a create-if-absent
+    checked against the key's checksum) and returns; the records are visible once."""
+    real = type(log.store).put_new
+    failed: list[str] = []
+
+    def flaky(store: Any, key: str, data: Any) -> None:
+        if "/data/" in key and not failed:
+            failed.append(key)
+            raise StorageError("injected: the upload failed")
+        real(store, key, data)
+
+    monkeypatch.setattr(type(log.store), "put_new", flaky)
+    p = log.producer(transactional_id="upl", retries=0)
+    p.init_transactions()
+    p.begin_transaction()
+    fut = p.send("a", b"kept", partition=0)
+    p.commit_transaction()
+    assert failed and log.store.exists(failed[0])
+    assert fut.get(60).offset == 0
+    p.close()
+    assert values(log, "a") == [b"kept"]

@@ -225,7 +225,12 @@ def test_state_machine_matches_kafka() -> None:
     rec = TxnRecord("x", 1, 0, "Empty", 1000)
     ongoing = rec.transition("Ongoing")
     with pytest.raises(InvalidTxnStateError):
-        rec.transition("PrepareCommit")
+        ongoing.transition("CompleteCommit")
+    # txlog's own: a commit that registers its partitions in its decision goes to
+    # PrepareCommit from Empty or Complete* (Kafka needs Ongoing first).
+    assert VALID_PREVIOUS["PrepareCommit"] == {"Ongoing", "Empty", "CompleteCommit",
+                                               "CompleteAbort"}
+    assert rec.transition("PrepareCommit").state == "PrepareCommit"
     prep = ongoing.transition("PrepareCommit")
     with pytest.raises(InvalidTxnStateError):
         prep.transition("CompleteAbort")

@@ -312,3 +312,64 @@ def test_run_gives_up_after_its_attempts() -> None:
     with pytest.raises(ConcurrentTransactionsError):
         part.run("t", lambda cur, f: Complete(ONGOING, retry=True),
                  complete=lambda prep: TxnEnd.decided(PREP_COMMIT), attempts=3)
+
+
+FOLD = partial(decide.commit_folded, txn_id="t", producer_id=PID, epoch=EPOCH,
+               wanted=(("b", 0), ("a", 0)), pending=(), inline=(("k", "eA=="),))
+
+
+@pytest.mark.parametrize("case,cur,f,want", [
+    ("from Complete*: begins and decides in one write", rec("CompleteCommit", parts=()),
+     facts(), ("write", rec("CompleteCommit", parts=()).transition(
+         "PrepareCommit", partitions=(("a", 0), ("b", 0)), txn_start_ms=NOW,
+         last_update_ms=NOW, abort_reason="", inline=(("k", "eA=="),)), False, False)),
+    ("from Empty, on the owner's cached record", rec("Empty", parts=()),
+     facts(fresh=False), ("write", rec("Empty", parts=()).transition(
+         "PrepareCommit", partitions=(("a", 0), ("b", 0)), txn_start_ms=NOW,
+         last_update_ms=NOW, abort_reason="", inline=(("k", "eA=="),)), False, False)),
+    ("from Ongoing: the registered partitions merged", ONGOING, facts(),
+     ("write", ONGOING.transition("PrepareCommit", partitions=(("a", 0), ("b", 0)),
+                                  last_update_ms=NOW, abort_reason="",
+                                  inline=(("k", "eA=="),)), False, False)),
+    ("Ongoing past its timeout", ONGOING, facts(expired=True),
+     ("expire", TransactionTimeoutError)),
+    ("fenced by a newer instance", rec("CompleteCommit", epoch=EPOCH + 1), facts(),
+     ("fail", ProducerFencedError)),
+    ("our own decision met again on a retry", PREP_COMMIT, facts(),
+     ("return", TxnEnd.decided(PREP_COMMIT))),
+])
+def test_commit_folded(case: str, cur: TxnRecord, f: Facts, want: tuple[Any, ...]) -> None:
+    """EndTxn(commit) with AddPartitions folded in: PrepareCommit straight from Empty or
+    Complete* (txlog's own transition), or from the owner's Ongoing record; anything
+    else decides as EndTxn does."""
+    assert shape(FOLD(cur, f)) == want, case
+
+
+def test_only_prepare_commit_carries_copies_and_they_are_checked() -> None:
+    """A record with copies is version 3 and round-trips; every later transition drops
+    them; a copy of an object the record does not name as pending is refused, and a
+    copy whose bytes fail the key's CRC-32 is not used."""
+    import base64
+    import zlib
+
+    from txlog.errors import CorruptObjectError
+    from txlog.txn_state import RECORD_VERSION
+
+    data = b"PAR1 object bytes"
+    key = f"topics/a/0/data/x.crc32-{zlib.crc32(data):08x}.parquet"
+    bad = f"topics/a/0/data/y.crc32-{zlib.crc32(b'other'):08x}.parquet"
+    pending = (PendingAppend("a", 0, 0, ((key, 1, len(data), None, None, False),
+                                         (bad, 1, len(data), None, None, False))),)
+    copies = tuple(sorted((k, base64.b64encode(data).decode()) for k in (key, bad)))
+    prep = ONGOING.transition("PrepareCommit", pending=pending, inline=copies)
+    d = prep.to_json()
+    assert d["v"] == RECORD_VERSION == 3 and set(d["inline"]) == {key, bad}
+    assert TxnRecord.from_json(d, "t") == prep
+    assert prep.inline_bytes() == {key: data}  # (the other fails its key's checksum)
+    done = prep.transition("CompleteCommit", partitions=())
+    assert done.inline == () and "inline" not in done.to_json() and done.to_json()["v"] == 1
+    with pytest.raises(InvalidTxnStateError):
+        ONGOING.transition("Ongoing", inline=copies)
+    stray = dict(d, inline={"topics/a/0/data/z.parquet": "eA=="})
+    with pytest.raises(CorruptObjectError, match="does not name as pending"):
+        TxnRecord.from_json(stray, "t")

@@ -44,7 +44,8 @@ class State(enum.Enum):
 
 _PRODUCER_KEYS = {"batch.size", "linger.ms", "buffer.memory", "enable.idempotence",
                   "append.parts", "commit.appends.batches", "transaction.timeout.ms",
-                  "retries", "max.request.size", "inline.batch.bytes"}
+                  "retries", "max.request.size", "inline.batch.bytes",
+                  "commit.inline.bytes"}
 
 
 #: Why sends fail while close() runs (compared by identity: begin_transaction() refuses too).
@@ -101,6 +102,11 @@ class ProducerCore:
         # (format version 4: not while an older format is held back for older readers).
         self.inline_bytes = int(cfg["inline.batch.bytes"]) if self.append_parts and \
             cfg["commit.appends.batches"] else 0
+        # A commit's last objects, all small, travel in its PrepareCommit, which is then
+        # written beside their uploads (and registers their partitions): one sequential
+        # write instead of two (state record version 3).
+        self.commit_inline_bytes = int(cfg["commit.inline.bytes"]) \
+            if self.inline_bytes and self.commit_batches else 0
         # Written batches a step left to the commit queued behind it (see _write_batches).
         self._deferred: list[tuple[list[tuple[TopicPartition, _PendingBatch]],
                                    list[_Written]]] = []

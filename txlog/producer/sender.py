@@ -50,8 +50,8 @@ STEP_OBJECT_UPLOADS = 16
 class _Upload:
     """The batch objects of one queued step; batches may join it until it starts."""
 
-    __slots__ = ("batches", "claimed", "commit", "dispatched", "nbytes", "started", "step",
-                 "uploaded")
+    __slots__ = ("batches", "claimed", "commit", "decided", "dispatched", "encoded", "nbytes",
+                 "started", "step", "uploaded")
 
     def __init__(self, batches: list[tuple[TopicPartition, _PendingBatch]]) -> None:
         self.batches = batches
@@ -64,6 +64,11 @@ class _Upload:
         # Its batches' entries were appended by an earlier step (Producer._claim_ready):
         # it has nothing left to write.
         self.claimed = False
+        # A commit's step whose objects may travel in its PrepareCommit: their _Written
+        # (with bytes) once encoded, before they are put, or None if they may not
+        # (see InlineCommit); set when the decision was attempted.
+        self.encoded: Future[list[_Written] | None] | None = None
+        self.decided = threading.Event()
 
 
 class _Written(NamedTuple):
@@ -119,6 +124,8 @@ class Sender(Appender):
             self._queued_steps += 1
         uploaded: Uploaded | None = Future() if batches else None
         step.uploaded = uploaded
+        if outcome is not None and uploaded is not None and self.commit_inline_bytes:
+            step.encoded = Future()
         try:
             with self._qlock:  # callers on several threads: one order of steps, _pipeline
                 self._step_ids += 1
@@ -172,6 +179,7 @@ class Sender(Appender):
                 exc = InvalidTxnStateError(
                     f"not written: an earlier queued write failed "
                     f"({self._pipeline_error or self._skip_cause})")
+                upload.decided.set()  # (no decision follows: its uploads must not wait)
                 with self._qlock:
                     upload.started = True  # nothing joins a failed step from here on
                     if uploaded is not None and not upload.dispatched:
@@ -292,6 +300,8 @@ class Sender(Appender):
             except BaseException as exc:  # the pool is shut (close() racing a send)
                 self._uploading -= 1
                 step.uploaded.set_exception(exc)
+                if step.encoded is not None:
+                    step.encoded.set_result(None)
 
     def _write_step(self, step: _Upload, uploaded: Uploaded) -> None:
         try:
@@ -301,6 +311,8 @@ class Sender(Appender):
         else:
             uploaded.set_result(written)
         finally:
+            if step.encoded is not None and not step.encoded.done():
+                step.encoded.set_result(None)  # (failed before it was known)
             with self._qlock:
                 self._uploading -= 1
                 self._dispatch()
@@ -309,6 +321,8 @@ class Sender(Appender):
         batches = step.batches
         tables = [self._joined_table(b) for _, b in batches]
         items = [(tp, t) for (tp, _), t in zip(batches, tables, strict=True)]
+        if step.encoded is not None:
+            return self._encode_then_write(step, items)
         return [_Written(key, size, t.num_rows, *b.ts_range(), inline=copy)
                 for t, (_, b), (key, size, copy)
                 in zip(tables, batches, self._write_objects(items), strict=True)]
@@ -459,6 +473,10 @@ class Sender(Appender):
         tables = [t for part in (batch, *batch.joined) for t in part.tables]
         return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
 
+
+    def _encode_then_write(self, step: _Upload, items: list[tuple[TopicPartition, pa.Table]],
+                           ) -> list[_Written]:
+        raise NotImplementedError  # (InlineCommit)
 
     def _write_objects(self, items: list[tuple[TopicPartition, pa.Table]],
                        ) -> list[tuple[str, int, bytes | None]]:

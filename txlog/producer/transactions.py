@@ -21,11 +21,11 @@ from txlog.errors import (
 )
 from txlog.metrics import record_end_txn
 from txlog.partition_state import PartitionState
-from txlog.producer.accumulator import Accumulator
 from txlog.producer.appends import _given_or_now
 from txlog.producer.core import State
 from txlog.producer.futures import _resolve
-from txlog.producer.sender import Uploaded, _Written
+from txlog.producer.inline_commit import InlineCommit
+from txlog.producer.sender import Uploaded, _Upload, _Written
 from txlog.records import TopicPartition, now_ms
 from txlog.txn_state import (
     COMMITTED,
@@ -64,7 +64,7 @@ class _Completion:
     """A decided commit whose markers and CompleteCommit are still to be written: the
     producer's side of its end (the markers and Complete* are the coordinator's)."""
 
-    __slots__ = ("batches", "end", "inline", "markers", "prep")
+    __slots__ = ("batches", "durable", "end", "inline", "markers", "prep")
 
     def __init__(self, end: TxnEnd,
                  batches: list[tuple[TopicPartition, _PendingBatch, str]],
@@ -80,6 +80,9 @@ class _Completion:
         # Resolves once the markers are written (or failed to be: _settle retries them);
         # readers of this process wait for it (txlog.completions).
         self.markers: Future[None] = Future()
+        # Its pending objects are known to be written (a decision that carries copies
+        # of them may have been made before they were: see InlineCommit).
+        self.durable = False
 
 
 def _find_objects(st: PartitionState, keys: list[str]) -> dict[str, int]:
@@ -97,7 +100,7 @@ def _find_objects(st: PartitionState, keys: list[str]) -> dict[str, int]:
 
 
 
-class TransactionManager(Accumulator):
+class TransactionManager(InlineCommit):
 
     @staticmethod
     def _next_id(end: TxnEnd) -> tuple[int, int]:
@@ -216,6 +219,7 @@ class TransactionManager(Accumulator):
                        uploaded: Uploaded | None, outcome: list[Future[None]]) -> None:
         decided, done = outcome
         group, self._deferred = self._deferred, []
+        inline_step = None
         if not self.commit_batches:
             self._write_batches(batches, uploaded)
             self._settle()  # the last commit's errors are its own, not this PrepareCommit's
@@ -228,6 +232,11 @@ class TransactionManager(Accumulator):
         else:
             # No DATA entry before the decision: PrepareCommit names the objects written
             # since the last entry, and the markers append them (one entry per partition).
+            inline_step = self._inline_step() if batches else None
+            if inline_step is not None:
+                assert uploaded is not None
+                self._commit_inline(inline_step[0], batches, inline_step[1], uploaded, group)
+        if self.commit_batches and inline_step is None:
             try:
                 group += self._write_batches(batches, uploaded, defer=True)
             except BaseException as exc:
@@ -268,6 +277,66 @@ class TransactionManager(Accumulator):
             # The caller's future (and its callbacks, on this thread) once the markers
             # are written: a read there, or on a thread it waits for, sees the commit.
             _resolve(done)
+
+    def _commit_inline(self, step: _Upload,
+                       batches: list[tuple[TopicPartition, _PendingBatch]],
+                       written: list[_Written], uploaded: Uploaded,
+                       group: list[tuple[list[tuple[TopicPartition, _PendingBatch]],
+                                         list[_Written]]]) -> None:
+        """The commit's decision beside its uploads (InlineCommit), with its errors
+        handled as the usual path's: a decision that failed without landing fails the
+        batches; one of unknown outcome is read back."""
+        try:
+            group = self._append_unheld(group)
+        except BaseException as exc:
+            step.decided.set()
+            self._drop_group([(batches, written)], exc, discard=False)  # (still uploading)
+            raise
+        group.append((batches, written))
+        pending, named = self._pending_appends(group)
+        copies = {w.key: w.inline for w in written if w.inline is not None and w.rows > 0}
+        try:
+            self._settle()  # the last commit's errors are its own, not this PrepareCommit's
+        except BaseException as exc:
+            step.decided.set()
+            self._drop_group(group, exc, discard=False)
+            raise
+        self._unbegun.clear()
+        try:
+            durable = self._decide_inline(step, batches, written, uploaded, pending, named,
+                                          copies)
+        except BaseException as exc:
+            if not isinstance(exc, (StorageError, OSError)) or _definite(exc):
+                self._drop_group(group, exc, discard=False)
+                raise
+            if not self._decided_after_all(named):
+                unknown = _outcome_unknown(exc)  # (not discarded, as in _commit_queued)
+                self._drop_group(group, unknown, discard=False)
+                raise unknown from exc
+            return  # (its markers write the objects from the record's copies)
+        if self._completing is not None:
+            self._completing.durable = durable
+
+    def _decide_folded(self, tps: list[TopicPartition], pending: tuple[PendingAppend, ...],
+                       named: list[tuple[TopicPartition, _PendingBatch, str]],
+                       copies: dict[str, bytes]) -> None:
+        """Write PrepareCommit registering ``tps`` and carrying ``copies`` (see
+        Coordinator.prepare_end); the markers are left to _complete_decided."""
+        assert self.transactional_id is not None
+        t0 = time.perf_counter()
+        end = self.log.coordinator.prepare_end(
+            self.transactional_id, self.producer_id, self.epoch, True, pending,
+            register=tps, inline=copies)
+        if end.next_id is not None:  # ended as a commit already: whoever ended it
+            self.producer_id, self.epoch = end.next_id  # appended them
+            self._resolve_batches(named)
+        else:
+            c = _Completion(end, named, copies)
+            completions.track(self.log.store.identity, end.producer_id, end.epoch,
+                              c.markers, [(tp.topic, tp.partition) for tp in tps])
+            self._completing = c
+            crashpoint("after_decision")
+        record_end_txn(self.log, True, (time.perf_counter() - t0) * 1000)
 
     def _decided_after_all(self, named: list[tuple[TopicPartition, _PendingBatch, str]],
                            ) -> bool:
@@ -412,7 +481,7 @@ class TransactionManager(Accumulator):
         coord = self.log.coordinator
         try:
             with completions.running():
-                coord.write_markers(c.prep, inline=c.inline)
+                coord.write_markers(c.prep, inline=c.inline, durable=c.durable)
         except BaseException as exc:
             _resolve(c.markers, exc)  # readers waiting for them go on
             if not isinstance(exc, Exception):

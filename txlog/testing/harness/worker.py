@@ -9,8 +9,7 @@ Roles:
   *race*: a new instance initialises while the old one commits, then both run a
   transaction at once; after an error the client usually aborts, sometimes carelessly
   commits anyway (Kafka's contract: that commit fails);
-* ``idempotent``: a non-transactional idempotent producer sending one batch per
-  operation, carrying on with the same producer after failures;
+* ``idempotent``: an idempotent producer, one batch per operation, kept after failures;
 * ``consumer``: forward reads of every data partition, read_committed or
   read_uncommitted, recording positions before and after each poll and the LSO after it;
 * ``ctp``: consume-transform-produce: reads the input topic from the group's committed
@@ -19,9 +18,8 @@ Roles:
   maintenance pass on one topic at a time (compaction and purges while others read).
 
 Every operation is recorded (:class:`~txlog.testing.harness.history.Recorder`) as an invocation
-and a completion (ok, fail or info).  The store is a seeded
-:class:`~txlog.testing.faults.FaultyStore`.  A worker stops at ``until`` (wall clock); the
-runner may SIGKILL it at any moment.
+and a completion (ok, fail or info).  The store is a seeded :class:`~txlog.testing.faults.
+FaultyStore`.  A worker stops at ``until`` (wall clock); the runner may SIGKILL it any time.
 """
 
 from __future__ import annotations
@@ -163,12 +161,14 @@ class Worker:
         oid = self.rec.invoke("init", {"txn_id": txn_id})
         p = None
         try:
-            # Shares of instances write the version-2 format (DATA entries before the
-            # decision, plain markers) and no inline copies: every kind meets in a log.
+            # Shares of instances take each older format or commit path (a long linger
+            # leaves the last batches to the commit to carry): all meet in a log.
             p = self.log.producer(transactional_id=txn_id, **{
                 "commit.appends.batches": self.rng.random() >= float(
                     self.spec.get("v2_commit_rate", 0.25)),
-                "inline.batch.bytes": 0 if self.rng.random() < 0.25 else 16_384})
+                "inline.batch.bytes": 0 if self.rng.random() < 0.25 else 16_384,
+                "commit.inline.bytes": 0 if self.rng.random() < 0.3 else 65_536,
+                "linger.ms": 5 if self.rng.random() < 0.5 else 30_000})
             p.init_transactions()
         except Exception as exc:
             self.fail(oid, "init", exc)
