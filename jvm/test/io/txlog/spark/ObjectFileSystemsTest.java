@@ -195,6 +195,20 @@ class ObjectFileSystemsTest {
     }
 
     @Test
+    void beyondTheCapReadsGoThroughTheSharedFileSystem() throws Exception {
+        Configuration conf = conf();
+        Path a = new Path("s3a://bkt/a.parquet");
+        for (int i = 0; i < ObjectFileSystems.MAX_OWN; i++) {
+            Configuration c = new Configuration(conf);
+            c.set("fs.s3a.bucket.bkt.access.key", "k" + i);
+            assertTrue(ObjectFileSystems.isOwn(ObjectFileSystems.forWholeReads(a, c)));
+        }
+        Configuration more = new Configuration(conf);
+        more.set("fs.s3a.bucket.bkt.access.key", "another");
+        assertSame(a.getFileSystem(more), ObjectFileSystems.forWholeReads(a, more));
+    }
+
+    @Test
     void sharedAndOtherSchemesUseHadoopsCachedFileSystem() throws Exception {
         Configuration conf = conf();
         conf.set(ObjectFileSystems.STREAM_TYPE, "shared");

@@ -39,7 +39,11 @@ final class ObjectFileSystems {
     static final String SHARED = "shared";
     private static final String S3A_STREAM_TYPE = "input.stream.type";
 
+    /** The most filesystems of txlog's own open in one JVM. */
+    static final int MAX_OWN = 16;
+
     private static final Map<List<Object>, FileSystem> OWN = new ConcurrentHashMap<>();
+    private static boolean capWarned;  // guarded by OWN
 
     private ObjectFileSystems() {
     }
@@ -64,6 +68,18 @@ final class ObjectFileSystems {
         }
         synchronized (OWN) {
             fs = OWN.get(key);
+            if (fs == null && OWN.size() >= MAX_OWN) {
+                // Settings that change from read to read would otherwise open a filesystem
+                // (its threads and connections) for each.
+                if (!capWarned) {
+                    capWarned = true;
+                    LOG.warn("txlog: {} S3A filesystems of txlog's own are open in this JVM, "
+                             + "one per bucket and set of S3A settings; further reads use "
+                             + "Spark's shared S3A filesystem. Keep one set of S3A settings "
+                             + "per bucket in an application", OWN.size());
+                }
+                return path.getFileSystem(conf);
+            }
             if (fs == null) {
                 Configuration own = new Configuration(conf);
                 // Both: a per-bucket setting the user made would override the general one.
@@ -99,6 +115,7 @@ final class ObjectFileSystems {
                 }
             }
             OWN.clear();
+            capWarned = false;
             if (first != null) {
                 throw first;
             }
