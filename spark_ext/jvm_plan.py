@@ -69,7 +69,8 @@ def schema(req: Mapping[str, Any]) -> dict[str, Any]:
 def scan(req: Mapping[str, Any]) -> dict[str, Any]:
     plan_file.check_format(req)
     ro = parse_read_options(_options(req), streaming=False)
-    log = cached_log(ro)
+    # A query's schema request, sent just before, has checked the topics against the store.
+    log = cached_log(ro, reuse_check=True)
     bounds = pushdown.bounds_from_filters(req.get("filters") or [])
     plan = plan_batch(ro, log, bounds=bounds)
     if req.get("declared"):

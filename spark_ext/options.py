@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -195,27 +196,49 @@ def connect_from_options(url: str, storage_options: Mapping[str, Any], *,
         log = _LOGS.get(key)
         if log is None:
             if len(_LOGS) >= _MAX_CACHED_LOGS:
-                _LOGS.pop(next(iter(_LOGS)))
+                _forget_checks(_LOGS.pop(next(iter(_LOGS))))
             log = _LOGS[key] = txlog.connect(url, dict(storage_options))
         return log
 
 
-def cached_log_for(url: str, storage_options: Mapping[str, Any], topics: Iterable[str],
-                   ) -> Log:
+#: How long a topic's identity, once checked against the store, is taken as current by a
+#: request that allows it (a scan planned right after its query's schema request).
+TOPIC_CHECK_REUSE_SECONDS = 2.0
+#: When each cached Log's topics were last checked: (id(log), topic) -> time.monotonic().
+_CHECKED: dict[tuple[int, str], float] = {}
+
+
+def cached_log_for(url: str, storage_options: Mapping[str, Any], topics: Iterable[str], *,
+                   reuse_check: bool = False) -> Log:
     """This process's cached Log for the root, replaced when one of ``topics`` was
     deleted and recreated since it was cached (its cached partition states would point
-    past the new topic's end)."""
+    past the new topic's end).
+
+    Each topic's metadata is read once to check that: not for a topic the Log has not
+    read yet (it reads it fresh when asked), nor, with ``reuse_check``, for one checked
+    less than :data:`TOPIC_CHECK_REUSE_SECONDS` ago (a query's schema request checks, and
+    its scan follows at once: one request for both, on a remote store)."""
     from txlog import layout
 
     log = connect_from_options(url, storage_options, cached=True)
+    now = time.monotonic()
     for name in topics:
+        checked = _CHECKED.get((id(log), name))
+        if reuse_check and checked is not None and now - checked < TOPIC_CHECK_REUSE_SECONDS:
+            continue
+        known = log.cached_topic(name)
+        if known is None:
+            # Nothing cached can be stale: log.topic() reads the metadata afresh.
+            _CHECKED[(id(log), name)] = now
+            continue
         try:
             current = json.loads(log.store.get(layout.topic_meta(name))).get("id")
         except (KeyError, ValueError):
             continue  # unknown or unreadable: log.topic() reports it
-        if current != log.topic(name).topic_id:
+        if current != known.topic_id:
             forget_cached_log(log)
-            return connect_from_options(url, storage_options, cached=True)
+            return cached_log_for(url, storage_options, topics, reuse_check=reuse_check)
+        _CHECKED[(id(log), name)] = now
     return log
 
 
@@ -224,6 +247,13 @@ def forget_cached_log(log: Log) -> None:
         for k, v in list(_LOGS.items()):
             if v is log:
                 del _LOGS[k]
+        _forget_checks(log)
+
+
+def _forget_checks(log: Log) -> None:
+    for key in list(_CHECKED):
+        if key[0] == id(log):
+            _CHECKED.pop(key, None)
 
 
 #: Serialises planning through cached Logs (partition states are not thread-safe).

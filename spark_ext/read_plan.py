@@ -472,12 +472,13 @@ def plan_batch(ro: ReadOptions, log: Log | None = None, *, bounds: Bounds | None
         return _plan_batch(ro, log, bounds)
 
 
-def cached_log(ro: ReadOptions) -> Log:
+def cached_log(ro: ReadOptions, *, reuse_check: bool = False) -> Log:
     """This process's Log for the root (planning again reads only new log tails), replaced
-    when a subscribed topic was deleted and recreated since it was cached."""
+    when a subscribed topic was deleted and recreated since it was cached (see
+    :func:`~spark_ext.options.cached_log_for` for ``reuse_check``)."""
     names = list(ro.assign) if ro.assign is not None else list(ro.topics)
     with PLAN_LOCK:
-        return cached_log_for(ro.url, ro.storage_options, names)
+        return cached_log_for(ro.url, ro.storage_options, names, reuse_check=reuse_check)
 
 
 def _plan_batch(ro: ReadOptions, log: Log, bounds: Bounds | None = None) -> BatchPlan:

@@ -202,6 +202,10 @@ class Log:
             self._topics[name] = info
         return info
 
+    def cached_topic(self, name: str) -> TopicInfo | None:
+        """The topic's description if this Log has read it already, else None (no request)."""
+        return self._topics.get(name)
+
     def topic(self, name: str) -> TopicInfo:
         # No lock to read: a dict lookup is atomic, and producers call this per record.
         info = self._topics.get(name)

@@ -28,8 +28,11 @@ one JSON line.
 are written there by txlog's producer, ``format("txlog")`` is given the root's
 ``s3://`` URL and its ``storage_options`` once (the connector's scan reads the objects
 through Spark's S3A filesystem), and the baseline is written and read by Spark through
-S3A on the same server with the same settings.  There only ``txlog`` and ``parquet``
-are timed (``batch_objects`` and ``txlog_python`` are local diagnostics).
+S3A on the same server with the same settings.  There ``txlog`` and ``parquet`` are
+timed, and ``txlog_shared_s3a`` (diagnostic): ``format("txlog")`` reading its batch
+objects through Spark's shared S3A filesystem with its default input stream
+(``txlog.scan.s3a.stream.type=shared`` for that query), as it did before it had an S3A
+filesystem of its own (``batch_objects`` and ``txlog_python`` are local diagnostics).
 
     .venv/bin/python scripts/bench/spark_scan.py --store local   # 200,000 records (--small)
     .venv/bin/python scripts/bench/spark_scan.py --store s3 --rounds 3
@@ -38,11 +41,13 @@ are timed (``batch_objects`` and ``txlog_python`` are local diagnostics).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
 import sys
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -176,6 +181,22 @@ def measure(spark: Any, target: C.Target, topics: dict[int, dict[str, Any]], rou
     if not s3:
         readers["batch_objects"] = lambda pct: spark.read.parquet(topics[pct]["plain"])
         readers["txlog_python"] = lambda pct: txlog_df(pct, "txlog_python")
+    else:
+        # Diagnostic: the scan reading its objects through Spark's shared S3A filesystem,
+        # with its default input stream, instead of an S3A filesystem of its own.
+        readers["txlog_shared_s3a"] = txlog_df
+    hadoop = spark.sparkContext._jsc.hadoopConfiguration()
+
+    @contextlib.contextmanager
+    def settings_of(name: str) -> Iterator[None]:
+        if name != "txlog_shared_s3a":
+            yield
+            return
+        hadoop.set("txlog.scan.s3a.stream.type", "shared")
+        try:
+            yield
+        finally:
+            hadoop.unset("txlog.scan.s3a.stream.type")
 
     def two_columns(df: Any) -> tuple[Any, ...]:
         return tuple(df.selectExpr("count(*)", "sum(length(value))", "max(offset)")
@@ -187,16 +208,19 @@ def measure(spark: Any, target: C.Target, topics: dict[int, dict[str, Any]], rou
     def runs(query: str) -> list[str]:
         # txlog's batch objects have no offset column: they are timed on all columns only.
         names = ["txlog", "parquet"]
-        return [*names, *(n for n in readers if n not in names)] if query == "all" else names
+        extra = [n for n in readers if n not in names and (query == "all" or "s3a" in n)]
+        return [*names, *extra]
 
     # Warm-up (JIT, Python workers) and a check that txlog and the baseline agree.
     for pct in topics:
         want = two_columns(readers["parquet"](pct))
         assert want[0] == topics[pct]["committed"], (pct, want)
-        assert two_columns(readers["txlog"](pct)) == want, pct
         for name in readers:
-            assert readers[name](pct).count() == want[0], (name, pct)
-            all_columns(readers[name](pct))
+            with settings_of(name):
+                if name in ("txlog", "txlog_shared_s3a"):
+                    assert two_columns(readers[name](pct)) == want, (name, pct)
+                assert readers[name](pct).count() == want[0], (name, pct)
+                all_columns(readers[name](pct))
 
     times: dict[tuple[int, str, str], list[float]] = {}
     cpus: dict[tuple[int, str, str], list[float]] = {}
@@ -207,7 +231,7 @@ def measure(spark: Any, target: C.Target, topics: dict[int, dict[str, Any]], rou
                 order = runs(query) if r % 2 == 0 else runs(query)[::-1]
                 for name in order:
                     cpu0 = C.tree_cpu_seconds()
-                    with C.Timer() as t:
+                    with settings_of(name), C.Timer() as t:
                         fn(readers[name](pct))
                     cpus.setdefault((pct, query, name), []).append(C.tree_cpu_seconds() - cpu0)
                     times.setdefault((pct, query, name), []).append(t.elapsed)

@@ -389,10 +389,10 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
                                   java.util.Arrays.copyOf(sizes, n), objects, bytes, i -> {
             Path p = new Path(part.paths[i]);
             java.net.URI u = p.toUri();
-            // One root per read: its file system, else (another store) Hadoop's cached one.
+            // One root per read: its file system, else (another store) that store's.
             FileSystem f = java.util.Objects.equals(u.getScheme(), root.getScheme())
                 && java.util.Objects.equals(u.getAuthority(), root.getAuthority())
-                ? fsys : p.getFileSystem(conf);
+                ? fsys : ObjectFileSystems.forWholeReads(p, conf);
             long declared = part.objectBytes[i];
             return readWhole(f, p, new FileStatus(declared, false, 1, 0, 0, p));
         });
@@ -441,7 +441,7 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
         java.net.URI u = path.toUri();
         if (fs == null || !java.util.Objects.equals(u.getScheme(), fs.getUri().getScheme())
             || !java.util.Objects.equals(u.getAuthority(), fs.getUri().getAuthority())) {
-            fs = path.getFileSystem(conf);
+            fs = ObjectFileSystems.forWholeReads(path, conf);
         }
         return fs;
     }
