@@ -201,14 +201,19 @@ def plan_to_dataframe(spark: SparkSession, store: ObjectStore, plan: BatchPlan,
     ensure_loaded(spark)
     shape = plan.shape
     batch = spark.conf.get("spark.sql.parquet.columnarReaderBatchSize", "4096")
-    reader = (spark.read.format(PROVIDER)
-              .option("txlog.schema", shape.schema_json)
-              .option("txlog.kind", "kafka" if shape.kafka_shaped else "typed")
-              .option("txlog.batchSize", str(batch))
-              .option("txlog.failOnDataLoss", str(fail_on_data_loss).lower())
-              .option("txlog.planFile", plan_file.write(plan.arrays, group_ids,
-                                                        hadoop_conf.prepare(spark, store))))
-    return reader.load()
+    where = hadoop_conf.prepare(spark, store)
+    path = plan_file.write(plan.arrays, group_ids, where)
+    try:
+        reader = (spark.read.format(PROVIDER)
+                  .option("txlog.schema", shape.schema_json)
+                  .option("txlog.kind", "kafka" if shape.kafka_shaped else "typed")
+                  .option("txlog.batchSize", str(batch))
+                  .option("txlog.failOnDataLoss", str(fail_on_data_loss).lower())
+                  .option("txlog.planFile", path))
+        return reader.load()  # reads the plan, and deletes it
+    except BaseException:
+        plan_file.discard(path)  # a load that failed before reading it
+        raise
 
 
 def main() -> None:

@@ -160,7 +160,8 @@ def partition_slices(states: Mapping[TopicPartition, PartitionState],
         col = {n: t.column(n).to_numpy()[pick] for n in
                ("base_offset", "count", "row", "append_ms", "ts_min", "ts_max")}
         data = t.column("data")
-        size, runs = _object_sizes(data, t.column("nbytes"), pick)
+        size, runs, held = _object_sizes(data, t.column("nbytes"), t.column("count"),
+                                         t.column("row"), pick)
         base, count, row = col["base_offset"], col["count"], col["row"]
         first = np.maximum(base, lo)
         take = np.minimum(base + count, limit) - first
@@ -170,7 +171,8 @@ def partition_slices(states: Mapping[TopicPartition, PartitionState],
             # Inside a compacted segment a run starts at file row ``row``: shifting the
             # base keeps "offset of file row i = base_offset + i" true for its rows.
             "skip": row + first - base, "take": take, "append_ms": col["append_ms"],
-            "nbytes": np.maximum(1, size * take // count),
+            # A share of the object's bytes as of its rows (a segment holds many runs).
+            "nbytes": np.maximum(1, size * take // np.maximum(1, held)),
             # An object named by one batch holds exactly its rows.
             "whole": (runs == 1) & (row == 0) & (take == count),
             "object_bytes": size, "ts_min": col["ts_min"], "ts_max": col["ts_max"]})
@@ -187,19 +189,22 @@ def partition_slices(states: Mapping[TopicPartition, PartitionState],
     return out
 
 
-def _object_sizes(data: pa.ChunkedArray, nbytes: pa.ChunkedArray, pick: slice | np.ndarray,
-                  ) -> tuple[np.ndarray, np.ndarray]:
-    """For the batches at ``pick``: their object's size and how many batches name it (a
-    compacted segment's runs all name it; its size is recorded on one run)."""
+def _object_sizes(data: pa.ChunkedArray, nbytes: pa.ChunkedArray, count: pa.ChunkedArray,
+                  row: pa.ChunkedArray, pick: slice | np.ndarray,
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For the batches at ``pick``: their object's size, how many batches name it and
+    the rows it holds (a compacted segment's runs all name it; its size is recorded on
+    one run, its rows end with its last run's)."""
     own = nbytes.to_numpy()[pick]
     if _distinct(data):
-        return own, np.ones(len(own), np.int64)
+        return own, np.ones(len(own), np.int64), count.to_numpy()[pick]
     idx = pa.array(np.arange(len(data))[pick])
-    by = pa.table({"data": data, "nbytes": nbytes}).group_by("data").aggregate(
-        [("nbytes", "max"), ("nbytes", "count")])
+    end = pc.add(row, count)
+    by = pa.table({"data": data, "nbytes": nbytes, "end": end}).group_by("data").aggregate(
+        [("nbytes", "max"), ("nbytes", "count"), ("end", "max")])
     at = pc.index_in(data.take(idx), value_set=by.column("data")).to_numpy()
     return (by.column("nbytes_max").to_numpy()[at],
-            by.column("nbytes_count").to_numpy()[at])
+            by.column("nbytes_count").to_numpy()[at], by.column("end_max").to_numpy()[at])
 
 
 #: Odd multipliers of a hash of keys' bytes (fixed: plans do not depend on a run).

@@ -6,15 +6,20 @@ A plan of millions of batch objects as text cost more to write, hold and parse t
 plan; as Arrow, the columns go from the planner's arrays to the JVM's without a per-object
 step on the Python side, and each object is named relative to its folder (a partition's
 data folder), which the plan names once.  The plan is transient: the JVM deletes the file
-once read, and a version other than :data:`PLAN_VERSION` is refused on both sides.
+once read, and a version other than :data:`PLAN_VERSION` is refused on both sides.  A
+plan the JVM never reads (its query failed first, or the driver went away) is removed by
+the process that wrote it: by its caller on a failure (:func:`discard`), else when that
+process exits (the planner process does when the driver JVM does).
 """
 
 from __future__ import annotations
 
+import atexit
 import itertools
 import json
 import os
 import tempfile
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -43,6 +48,9 @@ SCHEMA = pa.schema([
     ("object_bytes", pa.int64()),
 ])
 _ROWS_PER_BATCH = 1 << 20
+#: Plans this process wrote that may not have been read yet (their reader deletes them).
+_UNREAD: set[str] = set()
+_UNREAD_LOCK = threading.Lock()
 
 
 def check_format(req: Mapping[str, Any]) -> None:
@@ -98,13 +106,47 @@ def write(s: Slices, group_ids: np.ndarray, where: HadoopLocation) -> str:
     table = encode(s, group_ids, where)
     fd, path = tempfile.mkstemp(prefix="txlog-plan-", suffix=".arrows")
     os.close(fd)
+    _track(path)
     try:
         with pa.OSFile(path, "wb") as sink, pa.ipc.new_stream(sink, table.schema) as w:
             w.write_table(table, max_chunksize=_ROWS_PER_BATCH)
     except BaseException:
-        os.unlink(path)
+        discard(path)
         raise
     return path
+
+
+def discard(path: str) -> None:
+    """Remove a plan that will not be read (its reader failed or never started); a plan
+    already read and deleted is no error."""
+    with _UNREAD_LOCK:
+        _UNREAD.discard(path)
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def _track(path: str) -> None:
+    with _UNREAD_LOCK:
+        # Plans their reader has deleted are forgotten, so a long-lived planner holds
+        # only those outstanding.
+        for old in [p for p in _UNREAD if not os.path.exists(p)]:
+            _UNREAD.discard(old)
+        _UNREAD.add(path)
+
+
+def remove_unread() -> None:
+    """Remove the plans this process wrote that nobody read (at exit).  It takes no lock,
+    so that a signal handler may call it whatever the interrupted code held."""
+    for path in list(_UNREAD):
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+
+
+atexit.register(remove_unread)
 
 
 def read(path: str) -> tuple[dict[str, Any], pa.Table]:

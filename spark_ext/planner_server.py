@@ -1,17 +1,30 @@
 """The planner process txlog's JVM connector starts on the driver (``io.txlog.spark.Planner``):
 ``python -m spark_ext.planner_server`` reads one JSON request per line on stdin and writes
 one JSON answer per line (:func:`spark_ext.jvm_plan.answer`); it ends when stdin closes,
-that is when the driver JVM exits.
+that is when the driver JVM exits, and then removes the scan plans it wrote that the JVM
+did not read (:mod:`spark_ext.plan_file`).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 
 
+def _stopped(signum: int, frame: object) -> None:
+    # Stopped (the JVM restarts a planner that failed): the scan plans the JVM did not
+    # read go too (none were written if the module is not loaded yet); then out at once,
+    # as the default action would.
+    plans = sys.modules.get("spark_ext.plan_file")
+    if plans is not None:
+        plans.remove_unread()
+    os._exit(128 + signum)
+
+
 def main() -> None:
+    signal.signal(signal.SIGTERM, _stopped)
     # The answers own stdout: anything else printed (a library's message) goes to stderr.
     out = os.fdopen(os.dup(sys.stdout.fileno()), "w", encoding="utf-8")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())

@@ -366,7 +366,7 @@ def plan_slices(log: Log, states: Mapping[TopicPartition, PartitionState],
             continue
         b = st.batches
         data, nbytes, bases, counts, rows = b.data, b.nbytes, b.base_offset, b.count, b.row
-        shared = _shared_objects(data, nbytes)
+        shared = _shared_objects(data, nbytes, counts, rows)
         topic, partition = tp.topic, tp.partition
         new = FileSlice._make
         for i in picked:
@@ -376,8 +376,9 @@ def plan_slices(log: Log, states: Mapping[TopicPartition, PartitionState],
             if last > limit:
                 last = limit
             take = last - first
-            size, runs = shared.get(key, (nbytes[i], 1))
-            est = max(1, size * take // count) if count else 1
+            size, runs, held = shared.get(key, (nbytes[i], 1, count))
+            # A share of the object's bytes as of its rows (a segment holds many runs).
+            est = max(1, size * take // held) if held else 1
             # An object named by one batch holds exactly its rows (a compacted segment is
             # named by each of its runs).
             whole = runs == 1 and row == 0 and take == count
@@ -388,17 +389,21 @@ def plan_slices(log: Log, states: Mapping[TopicPartition, PartitionState],
     return out
 
 
-def _shared_objects(data: list[str], nbytes: list[int]) -> dict[str, tuple[int, int]]:
+def _shared_objects(data: list[str], nbytes: list[int], counts: list[int], rows: list[int],
+                    ) -> dict[str, tuple[int, int, int]]:
     """Objects named by more than one batch (a compacted segment's runs): their size
-    (recorded on one run) and how many batches name them."""
+    (recorded on one run), how many batches name them and the rows they hold (to the
+    end of their last run)."""
     if len(set(data)) == len(data):
         return {}
     sizes: dict[str, int] = {}
+    held: dict[str, int] = {}
     runs: Counter[str] = Counter()
-    for d, n in zip(data, nbytes, strict=True):
+    for d, n, c, r in zip(data, nbytes, counts, rows, strict=True):
         sizes[d] = max(sizes.get(d, 0), n)
+        held[d] = max(held.get(d, 0), r + c)
         runs[d] += 1
-    return {d: (sizes[d], n) for d, n in runs.items() if n > 1}
+    return {d: (sizes[d], n, held[d]) for d, n in runs.items() if n > 1}
 
 
 def group_slices(slices: list[FileSlice], *, min_partitions: int | None,

@@ -79,23 +79,28 @@ def parse_args(description: str, *, stores: bool = True,
 
 def records_main(description: str, *, records: tuple[int, int, int],
                  rounds: tuple[int, int, int], prefix: str,
-                 run: Callable[..., None], per: str = "", stores: bool = False) -> None:
+                 run: Callable[..., None], per: str = "", stores: bool = False,
+                 flags: dict[str, str] | None = None) -> None:
     """The main of a benchmark sized by ``--records``: the common options, ``--records``
     (by default ``records`` for tiny, small and full) and the rounds (``rounds`` by mode
     unless ``--rounds``); then ``run(mode, records, rounds, workdir)`` in a new temporary
     directory (``prefix``), removed afterwards.  ``per`` says what the records are
     counted per ("topic").  With ``stores``, ``--store`` is taken too and passed on as
-    ``run(..., store=...)``."""
+    ``run(..., store=...)``; each of ``flags`` (name: help) is an on/off option passed on
+    as ``run(..., name=bool)``."""
     def extra(p: argparse.ArgumentParser) -> None:
         tiny, small, full = records
         p.add_argument("--records", type=int, default=None,
                        help=f"records{' per ' + per if per else ''} (default: tiny {tiny:,}, "
                             f"small {small:,}, full {full:,})")
+        for name, help_text in (flags or {}).items():
+            p.add_argument(f"--{name}", action="store_true", help=help_text)
 
     args = parse_args(description, stores=stores, extra=extra)
     n = args.records or pick(args.mode, *records)
     work = Path(tempfile.mkdtemp(prefix=prefix))
-    more = {"store": args.store} if stores else {}
+    more: dict[str, Any] = {"store": args.store} if stores else {}
+    more.update({name: bool(getattr(args, name)) for name in flags or {}})
     try:
         run(args.mode, n, args.rounds or pick(args.mode, *rounds), work, **more)
     finally:

@@ -20,6 +20,12 @@ against these readers:
 * ``txlog_python`` (``all`` only): ``format("txlog_python")``, txlog's Python data source,
   what ``format("txlog")`` is without the jar.
 
+``--compact`` then compacts the topics (``txlog maintain``: each partition's batches
+merged into a segment, the aborted ones dropped; passes repeated until none compacts
+more) and times ``txlog`` on them against the same baseline, interleaved with it again:
+rows ``txlog (compacted)`` and ratios ``txlog_compacted_vs_parquet_*``, for information
+(the goals are the uncompacted topics').
+
 Goals: ``txlog`` at least 1.0 of ``parquet`` on ``2col`` and 0.9 on ``all``.  Ratios are
 medians of per-round ratios (runs made back to back).  Prints rows/s, the ratios, and
 one JSON line.
@@ -37,6 +43,7 @@ filesystem of its own (``batch_objects`` and ``txlog_python`` are local diagnost
     .venv/bin/python scripts/bench/spark_scan.py --store local   # 200,000 records (--small)
     .venv/bin/python scripts/bench/spark_scan.py --store s3 --rounds 3
     .venv/bin/python scripts/bench/spark_scan.py --records 2000000   # the issue's figure
+    .venv/bin/python scripts/bench/spark_scan.py --store local --small --compact --rounds 3
 """
 
 from __future__ import annotations
@@ -89,6 +96,18 @@ def build_topic(log: Any, topic: str, records: int, abort_pct: float, seed: int,
             "aborted_txns": len(aborted), "records_per_batch": per_batch}
 
 
+def segments_read(info: dict[str, Any], storage_options: dict[str, Any]) -> int:
+    """How many objects a read of the topic plans (after compaction: its segments)."""
+    from spark_ext.options import parse_read_options
+    from spark_ext.read_plan import plan_batch
+
+    opts = {"path": info["url"], "topic": info["topic"]}
+    if storage_options:
+        opts["storage_options"] = json.dumps(storage_options)
+    ro = parse_read_options(opts, streaming=False)
+    return int(plan_batch(ro, ro.connect()).arrays.objects())
+
+
 def plain_copy(url: str, topic: str, dest: Path) -> int:
     """Hard-link the committed batch objects (as planned by txlog) into a plain dataset
     (a local root's)."""
@@ -112,7 +131,8 @@ def main() -> None:
     # moved widely between runs (docs/benchmarks.md).
     C.records_main(__doc__.splitlines()[0], records=(20_000, 200_000, 5_000_000),
                    rounds=(1, 5, 3), prefix="txlog-spark-scan-", run=run, per="topic",
-                   stores=True)
+                   stores=True, flags={"compact": "also scan the topics after `txlog "
+                                                  "maintain` compacted them"})
 
 
 QUERIES = ("2col", "all")
@@ -136,19 +156,53 @@ def prepare(target: C.Target, records: int, work: Path) -> dict[int, dict[str, A
     return topics
 
 
-def run(mode: str, records: int, rounds: int, work: Path, *, store: str) -> None:
+def compact_topics(target: C.Target, topics: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """``txlog maintain`` over the topics until a pass compacts nothing more (one pass
+    merges one range of each partition); returns what it did and how long it took."""
+    from txlog.maintenance import maintain
+
+    log = target.connect(topics[min(topics)]["url"])
+    names = [info["topic"] for info in topics.values()]
+    done: dict[str, Any] = {"passes": 0, "compacted_batches": 0,
+                            "dropped_aborted_batches": 0, "segments_written": 0}
+
+    def progress(n: int, total: int, what: str) -> None:
+        if n < total:
+            C.progress(f"{target.name}: maintain pass {done['passes'] + 1}: partition "
+                       f"{n + 1}/{total} ({what})")
+
+    with C.Timer() as t:
+        while True:
+            report = maintain(log, names, progress=progress)
+            if report.failures:
+                raise RuntimeError(f"txlog maintain failed: {report.failures}")
+            done["passes"] += 1
+            merged = sum(p.compacted_batches for p in report.partitions)
+            for k in ("compacted_batches", "dropped_aborted_batches", "segments_written"):
+                done[k] += sum(getattr(p, k) for p in report.partitions)
+            if merged == 0:
+                break
+    done["seconds"] = t.elapsed
+    C.progress(f"{target.name}: compacted {done['compacted_batches']:,} batches into "
+               f"{done['segments_written']} segments ({done['dropped_aborted_batches']:,} "
+               f"aborted dropped) in {t.elapsed:.1f}s, {done['passes']} passes")
+    return done
+
+
+def run(mode: str, records: int, rounds: int, work: Path, *, store: str,
+        compact: bool = False) -> None:
     import spark_ext
 
     with C.targets(store) as targets:
         prepared = {t.name: prepare(t, records, work) for t in targets}
         spark = C.start_spark("txlog-spark-scan", s3a=any(t.name == "s3" for t in targets))
         assert spark_ext.jvm_connector_loaded(spark), "format('txlog') is not the JVM connector"
-        out = {t.name: measure(spark, t, prepared[t.name], rounds, records)
+        out = {t.name: measure(spark, t, prepared[t.name], rounds, records, compact=compact)
                for t in targets}
         spark.stop()
     ratios = {k: v for o in out.values() for k, v in o["ratios"].items()}
     goals = [g for o in out.values() for g in o["goals"]]
-    C.emit_json("spark_scan", mode, records=records, rounds=rounds,
+    C.emit_json("spark_scan", mode, records=records, rounds=rounds, compact=compact,
                 ratio=min(v for k, v in ratios.items() if k.startswith("txlog_vs_parquet_2col")),
                 ratios=C.clean(ratios), goals=C.clean(goals),
                 results=C.clean({n: o["results"] for n, o in out.items()}),
@@ -156,9 +210,10 @@ def run(mode: str, records: int, rounds: int, work: Path, *, store: str) -> None
 
 
 def measure(spark: Any, target: C.Target, topics: dict[int, dict[str, Any]], rounds: int,
-            records: int) -> dict[str, Any]:
-    """Interleaved rounds of the readers on ``target``'s topics; prints the table and
-    returns the ratios, goals and results."""
+            records: int, *, compact: bool = False) -> dict[str, Any]:
+    """Interleaved rounds of the readers on ``target``'s topics (then, with ``compact``,
+    of ``txlog`` and the baseline on the compacted topics); prints the table and returns
+    the ratios, goals and results."""
     where = C.spark_target(spark, target)
     s3 = target.name == "s3"
     suffix = "_s3" if s3 else ""
@@ -224,19 +279,35 @@ def measure(spark: Any, target: C.Target, topics: dict[int, dict[str, Any]], rou
 
     times: dict[tuple[int, str, str], list[float]] = {}
     cpus: dict[tuple[int, str, str], list[float]] = {}
-    for r in range(rounds):
-        for pct in topics:
-            for query, fn in (("2col", two_columns), ("all", all_columns)):
-                # Parquet next to txlog in both orders (flipped every round).
-                order = runs(query) if r % 2 == 0 else runs(query)[::-1]
-                for name in order:
-                    cpu0 = C.tree_cpu_seconds()
-                    with settings_of(name), C.Timer() as t:
-                        fn(readers[name](pct))
-                    cpus.setdefault((pct, query, name), []).append(C.tree_cpu_seconds() - cpu0)
-                    times.setdefault((pct, query, name), []).append(t.elapsed)
-                    C.progress(f"{target.name} round {r + 1}/{rounds} {pct}% {query} "
-                               f"{name}: {t.elapsed:.2f}s")
+
+    def timed_rounds(runs_of: Any, phase: str = "") -> None:
+        """``rounds`` rounds of ``runs_of(query)``'s readers, timed into ``times`` and
+        ``cpus`` under their name with ``phase`` appended."""
+        for r in range(rounds):
+            for pct in topics:
+                for query, fn in (("2col", two_columns), ("all", all_columns)):
+                    # Parquet next to txlog in both orders (flipped every round).
+                    order = runs_of(query) if r % 2 == 0 else runs_of(query)[::-1]
+                    for name in order:
+                        cpu0 = C.tree_cpu_seconds()
+                        with settings_of(name), C.Timer() as t:
+                            fn(readers[name](pct))
+                        key = (pct, query, name + phase)
+                        cpus.setdefault(key, []).append(C.tree_cpu_seconds() - cpu0)
+                        times.setdefault(key, []).append(t.elapsed)
+                        C.progress(f"{target.name} round {r + 1}/{rounds} {pct}% {query} "
+                                   f"{name}{phase}: {t.elapsed:.2f}s")
+
+    timed_rounds(runs)
+    compaction = None
+    if compact:
+        compaction = compact_topics(target, topics)
+        for pct in topics:  # the compacted topics return the same rows, from segments
+            want = two_columns(readers["parquet"](pct))
+            assert two_columns(readers["txlog"](pct)) == want, pct
+            assert segments_read(topics[pct], target.storage_options) == PARTITIONS, pct
+            all_columns(readers["txlog"](pct))
+        timed_rounds(lambda query: ["txlog", "parquet"], "_compacted")
 
     rows = []
     goals = []
@@ -267,6 +338,22 @@ def measure(spark: Any, target: C.Target, topics: dict[int, dict[str, Any]], rou
                                   f"{base}, {pct}% aborted",
                           "store": target.name, "measured": got, "target": target_ratio,
                           "cmp": ">=", "pass": bool(got >= target_ratio)})
+            if compact:
+                key = (pct, query, "txlog_compacted")
+                speed = C.paired_ratio(times[(pct, query, "parquet_compacted")], times[key])
+                cpu = C.paired_ratio(cpus[(pct, query, "parquet_compacted")], cpus[key])
+                sec = C.median(times[key])
+                res[f"{query}_txlog_compacted"] = {
+                    "seconds": sec, "all_seconds": times[key],
+                    "cpu_seconds": C.median(cpus[key]), "vs_parquet": speed,
+                    "cpu_vs_parquet": cpu}
+                ratios[f"txlog_compacted_vs_parquet_{query}_{pct}pct{suffix}"] = speed
+                rows.append([f"{pct}%", query, "txlog (compacted)", sec,
+                             info["committed"] / sec, speed, C.median(cpus[key]), cpu])
+                goals.append({"name": f"(info) format('txlog') {label} of the topic "
+                                      f"compacted by txlog maintain vs {base}, {pct}% aborted",
+                              "store": target.name, "measured": speed, "target": None,
+                              "cmp": "info", "pass": None})
         if not s3:
             py = ratios[f"txlog_python_vs_parquet_all_{pct}pct"]
             goals.append({"name": f"(info) format('txlog_python') (the Python data source) "
@@ -274,6 +361,8 @@ def measure(spark: Any, target: C.Target, topics: dict[int, dict[str, Any]], rou
                           "store": "local", "measured": py, "target": None, "cmp": "info",
                           "pass": None})
         results[f"{pct}pct"] = res
+    if compaction is not None:
+        results["compaction"] = compaction
     C.print_table(f"Spark scan on {target.name} ({target.note}), {records:,} records x 2 "
                   f"topics, {PARTITIONS} partitions, {VALUE_SIZE}-byte values, local[2], "
                   f"median of {rounds} (ratios: medians of per-round ratios to parquet)",

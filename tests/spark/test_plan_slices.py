@@ -64,13 +64,15 @@ def reference(s: PartitionState, start: int, end: int, isolation: str) -> list[F
     spans, _ = s.plan_read(start, end, isolation)
     b = s.batches
     sizes: dict[str, int] = {}
+    held: dict[str, int] = {}  # an object's rows: to the end of its last run
     runs: Counter[str] = Counter()
-    for d, n in zip(b.data, b.nbytes, strict=True):
+    for d, n, c, r in zip(b.data, b.nbytes, b.count, b.row, strict=True):
         sizes[d] = max(sizes.get(d, 0), n)
+        held[d] = max(held.get(d, 0), r + c)
         runs[d] += 1
     out = []
     for sp in spans:
-        est = max(1, sizes[sp.data] * sp.take // sp.count)
+        est = max(1, sizes[sp.data] * sp.take // held[sp.data])
         whole = runs[sp.data] == 1 and sp.row == 0 and sp.skip == 0 and sp.take == sp.count
         out.append(FileSlice(sp.data, TP.topic, TP.partition, sp.base_offset - sp.row,
                              sp.file_row, sp.take, sp.append_ms, est, whole, sizes[sp.data]))

@@ -101,6 +101,18 @@ class PlanFileTest {
     }
 
     @Test
+    void aPlannerAnswerThatFailsToTurnIntoAScanStillRemovesItsPlan() throws IOException {
+        File f = write(header(PlanFile.VERSION, "[2, 1]"));
+        com.fasterxml.jackson.databind.node.ObjectNode answer =
+            new com.fasterxml.jackson.databind.ObjectMapper().createObjectNode();
+        answer.put("planFile", f.getPath());
+        answer.put("schema", "not a schema");
+        answer.put("kafka", true);
+        assertThrows(Exception.class, () -> TxlogScan.plannedTable(answer));
+        assertFalse(f.exists());
+    }
+
+    @Test
     void aPlanWhoseGroupsDoNotAddUpIsRefused() throws IOException {
         for (String groups : new String[] {"[2]", "[2, 2]"}) {
             File f = write(header(PlanFile.VERSION, groups));

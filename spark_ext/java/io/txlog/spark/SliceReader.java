@@ -309,8 +309,12 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
         try {
             if (rowsToo && declared > 0 && declared <= WHOLE_MAX) {
                 byte[] fetched = prefetched(path, conf);
-                whole = new ObjectBytes(fetched != null ? fetched
-                                        : readWhole(fileSystem(path, conf), path, status));
+                FileSystem fsys = fileSystem(path, conf);
+                byte[] bytes = fetched != null ? fetched : readWhole(fsys, path, status);
+                if (fetched != null || ReadMetrics.bypassed(fsys)) {
+                    ReadMetrics.add(fsys, bytes.length);  // Spark's bytes read see them
+                }
+                whole = new ObjectBytes(bytes);
                 in = whole;
             } else {
                 in = status != null ? HadoopInputFile.fromStatus(status, conf)

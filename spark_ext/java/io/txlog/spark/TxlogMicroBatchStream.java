@@ -124,8 +124,8 @@ final class TxlogMicroBatchStream implements MicroBatchStream, SupportsTriggerAv
         req.put("end", end.json());
         req.put("planFormat", PlanFile.VERSION);
         JsonNode plan = Planner.call(req);
-        HadoopSettings.apply(plan.get("hadoopConf"));
         PlannedScanProvider.PlannedTable t = TxlogScan.plannedTable(plan);
+        HadoopSettings.apply(plan.get("hadoopConf"));
         return new PlannedScanProvider.PlannedScan(t, readSchema).planInputPartitions();
     }
 

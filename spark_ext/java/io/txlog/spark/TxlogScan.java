@@ -67,8 +67,9 @@ final class TxlogScan implements Scan, SupportsReportStatistics {
             req.set("filters", filters);
             req.put("planFormat", PlanFile.VERSION);
             JsonNode plan = Planner.call(req);
+            PlannedScanProvider.PlannedTable t = plannedTable(plan);
             HadoopSettings.apply(plan.get("hadoopConf"));
-            planned = new PlannedScanProvider.PlannedScan(plannedTable(plan), readSchema);
+            planned = new PlannedScanProvider.PlannedScan(t, readSchema);
             planSummary = ", " + plan.get("objects").asLong() + " of "
                 + plan.get("objectsBeforePushdown").asLong() + " batch objects";
             LOG.info("txlog: format(\"txlog\") read through the JVM connector: {}", description());
@@ -79,11 +80,12 @@ final class TxlogScan implements Scan, SupportsReportStatistics {
     /** The planner's answer to a {@code scan} or {@code stream_plan} request, as a table of
      * the slices to read. */
     static PlannedScanProvider.PlannedTable plannedTable(JsonNode plan) {
+        // The plan file first: it is deleted once read, whatever fails after.
+        List<SlicePartition> slices = PlanFile.readAndDelete(plan.get("planFile").asText());
         StructType schema = PlannedScanProvider.parseSchema(plan.get("schema").asText());
         return new PlannedScanProvider.PlannedTable(
             schema, plan.get("kafka").asBoolean(), TxlogMicroBatchStream.batchSize(),
-            plan.get("failOnDataLoss").asBoolean(true),
-            PlanFile.readAndDelete(plan.get("planFile").asText()));
+            plan.get("failOnDataLoss").asBoolean(true), slices);
     }
 
     @Override
