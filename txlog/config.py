@@ -26,7 +26,7 @@ DEFAULTS: dict[str, tuple[Any, type, str]] = {
     "producer.id.expiration.ms": (86_400_000, int,
                                   "forget a producer's sequence state in a partition after "
                                   "this long without a write there"),
-    "transaction.state.log.num.partitions": (50, int, "state-log partitions (fixed per root)"),
+    "transaction.state.log.num.partitions": (4096, int, "state-log partitions (fixed per root)"),
     "offsets.topic.num.partitions": (10, int, "partitions of __consumer_offsets"),
     "num.partitions": (1, int, "default partitions of a new topic"),
     "batch.size": (1_048_576, int, "producer: flush a partition's batch at this many bytes"),

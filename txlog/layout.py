@@ -85,9 +85,26 @@ BUCKET_CHECK_PREFIX = "_meta/bucket-check/"
 CLOCK_PROBE_PREFIX = "_txn/clock/"
 
 
+STATE_LOG_PREFIX = f"{TXN_PREFIX}state/"
+
+
 def state_log_prefix(partition: int) -> str:
-    """Everything of state-log partition ``partition``: its entries and checkpoints."""
-    return f"{TXN_PREFIX}state/{partition:03d}/"
+    """Everything of state-log partition ``partition``: its entries and checkpoints.
+    The number has at least 3 digits (partitions from 1000 on have more), and each
+    partition's prefix ends in a slash, so no partition's prefix holds another's."""
+    return f"{STATE_LOG_PREFIX}{partition:03d}/"
+
+
+def state_partition_of(key: str) -> int | None:
+    """The state-log partition whose object ``key`` is, or None for a key under the
+    state log that txlog did not write there (as :func:`state_log_prefix` spells it)."""
+    if not key.startswith(STATE_LOG_PREFIX):
+        return None
+    name, sep, _ = key[len(STATE_LOG_PREFIX):].partition("/")
+    if not sep or not name.isascii() or not name.isdigit():
+        return None
+    partition = int(name)
+    return partition if f"{partition:03d}" == name else None
 
 
 def state_log_entries_prefix(partition: int) -> str:

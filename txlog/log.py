@@ -152,9 +152,7 @@ class Log:
             if not self._settings_known:
                 explicit = {normalize_key(k) for k in self._explicit_config} | {
                     k for k in root_settings.SETTINGS if self.config[k] != DEFAULTS[k][0]}
-                stored = root_settings.resolve(self.store, self.config, explicit)
-                if stored is not None:
-                    self.config.update(stored)
+                self.config.update(root_settings.resolve(self.store, self.config, explicit))
                 self._settings_known = True
             return {k: self.config[k] for k in root_settings.SETTINGS}
 

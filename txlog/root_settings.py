@@ -8,7 +8,9 @@ that needs them, and every client after reads them from there.  A client whose o
 configuration sets one of them to something else is refused.
 
 A root made before these were stored (it has topics or producer ids but no settings
-object) is left as it is: its clients go on with their configuration, as they did.
+object) is left as it is: its clients go on with their configuration, as they did.  A
+default that changed since (the state log's partitions: 50 then) is the old one there,
+so a client that sets nothing hashes its id where older clients of the root did.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ SETTINGS: dict[str, tuple[int, int]] = {
     "offsets.topic.num.partitions": (1, 100_000),
     "transaction.max.timeout.ms": (1, 2**31 - 1),
 }
+#: Defaults of the settings when no root stored them, for a root made back then.
+BEFORE_STORED: dict[str, int] = {"transaction.state.log.num.partitions": 50}
 #: Prefixes of which a root in use holds at least one object: topic metadata (the
 #: offsets topic's too) and producer-id blocks.
 _IN_USE = (layout.TOPIC_META_PREFIX, layout.TXN_PREFIX)
@@ -69,10 +73,11 @@ def decode(raw: bytes, where: str) -> dict[str, int]:
 
 
 def resolve(store: ObjectStore, config: Mapping[str, Any],
-            explicit: Collection[str]) -> dict[str, int] | None:
-    """The root's settings: stored ones (written from ``config`` if the root is new),
-    or None for a root made before they were stored.  Raises ConfigError when a key in
-    ``explicit`` (set by this client rather than defaulted) disagrees with the root."""
+            explicit: Collection[str]) -> dict[str, int]:
+    """The root's settings: stored ones (written from ``config`` if the root is new).
+    For a root made before they were stored, only the defaults of that time for the keys
+    not in ``explicit``.  Raises ConfigError when a key in ``explicit`` (set by this
+    client rather than defaulted) disagrees with the root."""
     where = f"{KEY} in {store.url}"
     raw = _get(store)
     if raw is None and any(store.list(prefix) for prefix in _IN_USE):
@@ -80,7 +85,8 @@ def resolve(store: ObjectStore, config: Mapping[str, Any],
         # a root that came into use since the read above has them by now.
         raw = _get(store)
         if raw is None:
-            return None  # an older root: nothing to compare with
+            # An older root: nothing to compare with.
+            return {k: v for k, v in BEFORE_STORED.items() if k not in explicit}
     if raw is None:
         mine = {k: int(config[k]) for k in SETTINGS}
         data = encode(mine)

@@ -52,7 +52,9 @@ from txlog.txn_state import COMPLETE, DEAD, ONGOING, TxnEnd, TxnRecord
 
 log = logging.getLogger(__name__)
 
-DEFAULT_STATE_PARTITIONS = 50
+#: Many, unlike Kafka's 50: an empty partition costs nothing on a store, and two ids
+#: that share one serialise their writes (sweeps list only the partitions in use).
+DEFAULT_STATE_PARTITIONS = 4096
 CHECKPOINT_INTERVAL = 200
 
 #: Slots whose entry keys share one prefix (see StateLogPartition._first_load).
@@ -530,9 +532,22 @@ class StateLog:
             part = self._parts[p] = StateLogPartition(self.store, p)
         return part
 
+    def used_partitions(self) -> list[int]:
+        """The partitions that hold any object, found with one listing of the whole state
+        log: a root has many more partitions than ids in use (an empty one costs
+        nothing on a store), so refreshing each in turn would cost a request per
+        partition.  Objects of partitions past the root's count are not its own."""
+        used = set()
+        for key in self.store.list(layout.STATE_LOG_PREFIX):
+            p = layout.state_partition_of(key)
+            if p is not None and p < self.num_partitions:
+                used.add(p)
+        return sorted(used)
+
     def all_records(self) -> list[TxnRecord]:
+        """Every transactional.id's record, from the partitions in use."""
         out: list[TxnRecord] = []
-        for p in range(self.num_partitions):
+        for p in self.used_partitions():
             part = self._parts.get(p) or self._parts.setdefault(p, StateLogPartition(self.store, p))
             part.refresh()
             out.extend(part.records.values())

@@ -183,7 +183,7 @@ def _proc_cpu(pid: int) -> float:
 
 def txn_ids(tag: str, n: int, *, share: bool) -> list[str]:
     """The group's transactional ids; ``share``: ids that all hash to one state-log
-    partition (of the default 50), the case where producers contend for its slots."""
+    partition (of the default count), the case where producers contend for its slots."""
     from txlog.state_log import state_partition_for
 
     if not share:

@@ -243,7 +243,7 @@ def test_a_second_client_with_other_state_log_partitions_is_refused(tmp_path: Pa
 def test_a_client_that_sets_nothing_takes_the_roots_settings_and_fences(
         tmp_path: Path) -> None:
     """The issue's race: the old instance hashed its transactional.id over 3 state-log
-    partitions, the new one (defaults) would have used 50, and neither fenced the other."""
+    partitions, the new one (defaults) would have used 4096, and neither fenced the other."""
     root = str(tmp_path / "root")
     old_lg = txlog.connect(root, transaction_state_log_num_partitions=3,
                            transaction_max_timeout_ms=120_000)
