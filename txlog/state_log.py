@@ -533,13 +533,14 @@ class StateLog:
         return part
 
     def used_partitions(self) -> list[int]:
-        """The partitions that hold any object, found with one listing of the whole state
-        log: a root has many more partitions than ids in use (an empty one costs
-        nothing on a store), so refreshing each in turn would cost a request per
-        partition.  Objects of partitions past the root's count are not its own."""
+        """The partitions that hold any object, found with one delimiter listing of the
+        state log (the names below it, not their history): a root has many more
+        partitions than ids in use (an empty one costs nothing on a store), so refreshing
+        each in turn would cost a request per partition.  Objects of partitions past the
+        root's count are not its own."""
         used = set()
-        for key in self.store.list(layout.STATE_LOG_PREFIX):
-            p = layout.state_partition_of(key)
+        for name in self.store.list_children(layout.STATE_LOG_PREFIX):
+            p = layout.state_partition_of(f"{layout.STATE_LOG_PREFIX}{name}/")
             if p is not None and p < self.num_partitions:
                 used.add(p)
         return sorted(used)

@@ -1,5 +1,5 @@
 """A sweep of the state log (admin listings, metrics, the coordinator's maintenance) reads
-only the partitions that hold objects, found with one listing of the whole state log,
+only the partitions that hold objects, found with one listing of the names below the state log,
 so a root's many partitions cost nothing while empty; and partition numbers of four
 digits or more are laid out, listed, parsed and checkpointed like the first thousand."""
 
@@ -16,6 +16,7 @@ from txlog import layout, root_settings
 from txlog.config import DEFAULTS
 from txlog.state_log import CHECKPOINT_INTERVAL, StateLog, state_partition_for
 from txlog.storage.base import ObjectStore
+from txlog.testing.delegating import DelegatingStore
 from txlog.testing.timeline import TimelineStore
 from txlog.txn_state import TxnRecord
 
@@ -51,7 +52,8 @@ def test_a_sweep_of_4096_partitions_reads_only_the_3_in_use(
     got = StateLog(timeline, PARTITIONS).all_records()
     assert sorted(r.txn_id for r in got) == sorted(ids)
     requests = [(r.kind, r.key) for r in timeline.requests()]
-    # One listing of the whole state log; every other request is on a partition in use.
+    # One listing of the names below the state log; every other request is on a partition
+    # in use.
     assert [q for q in requests if q[1] == layout.STATE_LOG_PREFIX] == [
         ("list", layout.STATE_LOG_PREFIX)], requests
     read = {layout.state_partition_of(key) for _, key in requests
@@ -134,3 +136,35 @@ def test_a_root_made_before_stored_settings_keeps_the_old_default_of_50(
         assert p.epoch > zombie.epoch  # found the older client's record
     chosen = txlog.connect(root, transaction_state_log_num_partitions=64)
     assert chosen.root_settings()["transaction.state.log.num.partitions"] == 64
+
+
+class _ListingKinds(DelegatingStore):
+    """Records each listing's prefix, full listings and one-level listings apart."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        super().__init__(inner)
+        self.full: list[str] = []
+        self.children: list[str] = []
+
+    def list(self, prefix: str, start_after: str | None = None) -> list[str]:
+        self.full.append(prefix)
+        return super().list(prefix, start_after)
+
+    def list_children(self, prefix: str) -> list[str]:
+        self.children.append(prefix)
+        return super().list_children(prefix)
+
+
+@pytest.mark.parametrize("backend", ["memory", "local"])
+def test_a_sweep_finds_the_partitions_in_use_without_listing_their_history(
+        backend: str, store_factory: Any) -> None:
+    """Entries are never deleted, so a listing of the whole state log grows with every
+    transaction ever written; the partitions in use are found by their names alone."""
+    store = store_factory(backend)
+    ids = [id_in(p) for p in (3, 2048)]
+    write(store, ids, times=30)
+    kinds = _ListingKinds(store)
+    got = StateLog(kinds, PARTITIONS).all_records()
+    assert sorted(r.txn_id for r in got) == sorted(ids)
+    assert kinds.children == [layout.STATE_LOG_PREFIX]
+    assert layout.STATE_LOG_PREFIX not in kinds.full, kinds.full

@@ -53,6 +53,10 @@ class RequestCounter:
             return sum(self.requests.values())
 
 
+#: Names one level below a prefix (ObjectStore.list shadows the builtin in its class).
+Names = list[str]
+
+
 class ObjectStore(abc.ABC):
     """An object store rooted at ``url``.  Picklable: Spark ships it to worker processes."""
 
@@ -131,6 +135,15 @@ class ObjectStore(abc.ABC):
     @abc.abstractmethod
     def list(self, prefix: str, start_after: str | None = None) -> list[str]:
         """All keys under ``prefix`` (recursively), sorted, strictly after ``start_after``."""
+
+    def list_children(self, prefix: str) -> Names:
+        """The names one level below ``prefix`` (which ends in '/'), sorted, once each:
+        the next path component of every key under it.  This default lists every key;
+        stores with a delimiter listing (a directory read, S3's ``Delimiter``) override
+        it, so that finding the few used names under a prefix does not cost a listing of
+        all their history."""
+        n = len(prefix)
+        return sorted({k[n:].split("/", 1)[0] for k in self.list(prefix)})
 
     @abc.abstractmethod
     def delete(self, key: str) -> None:

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from txlog.errors import ObjectNotFoundError, StorageError
-from txlog.storage.base import ObjectStore, check_key
+from txlog.storage.base import Names, ObjectStore, check_key
 from txlog.storage.beneath import open_beneath
 from txlog.unique import unique
 
@@ -415,6 +415,19 @@ class LocalStore(ObjectStore):
         self._walk(base, base_key, name_prefix, start_after, out)
         out.sort()
         return out
+
+    def list_children(self, prefix: str) -> Names:
+        """One directory read: a prefix ending in '/' is a directory here."""
+        self.counter.add("list")
+        base_key = prefix.rstrip("/")
+        try:
+            base = open_beneath(self._real, base_key.split("/") if base_key else [], _O_DIR)
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        try:
+            return sorted(e.name for e in os.scandir(base) if not e.name.startswith("."))
+        finally:
+            os.close(base)
 
     def _walk(
         self, directory: int, dir_key: str, name_prefix: str, start_after: str | None,

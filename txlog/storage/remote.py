@@ -36,7 +36,7 @@ from txlog.errors import (
 from txlog.layout import BUCKET_CHECK_PREFIX
 from txlog.storage import atomic_check, obstore_s3
 from txlog.storage.atomic_check import VERDICT_PREFIX
-from txlog.storage.base import ObjectStore, check_key
+from txlog.storage.base import Names, ObjectStore, check_key
 from txlog.storage.create_outcome import (
     CONFLICT,
     FATAL,
@@ -416,6 +416,45 @@ class RemoteStore(ObjectStore):
         keys = [k for k in keys if is_listable(k)]
         keys.sort()
         return keys
+
+    def list_children(self, prefix: str) -> Names:
+        """A delimiter listing: one request per thousand names, however many keys lie
+        below them."""
+        if not viable_prefix(prefix):
+            self.counter.add("list")
+            return []
+        self.check_bucket()
+        full_prefix = self.prefix + prefix
+        names: set[str] = set()
+        if self.backend == "s3":
+            fs = self.fsspec()
+            kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": full_prefix,
+                                      "Delimiter": "/"}
+            while True:
+                self.counter.add("list")
+                try:
+                    page = fs.call_s3("list_objects_v2", **kwargs)
+                except Exception as exc:
+                    raise self._fail("list", prefix, exc) from exc
+                for cp in page.get("CommonPrefixes", ()):
+                    names.add(cp["Prefix"][len(full_prefix):].rstrip("/"))
+                for obj in page.get("Contents", ()):
+                    names.add(obj["Key"][len(full_prefix):])
+                token = page.get("NextContinuationToken")
+                if not page.get("IsTruncated") or not token:
+                    break
+                kwargs["ContinuationToken"] = token
+        else:
+            self.counter.add("list")
+            base = f"{self.root}/{prefix.rstrip('/')}" if prefix.rstrip("/") else self.root
+            try:
+                found = self.fsspec().ls(base, detail=False, refresh=True)
+            except FileNotFoundError:
+                return []
+            except Exception as exc:
+                raise self._fail("list", prefix, exc) from exc
+            names = {p.rstrip("/").rpartition("/")[2] for p in found}
+        return sorted(n for n in names if n)
 
     def _list_s3(self, prefix: str, start_after: str | None) -> _Keys:
         """ListObjectsV2 with StartAfter: a tail listing skips history server-side."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from txlog.storage.base import ObjectStore
+from txlog.storage.base import Names, ObjectStore
 
 _T = TypeVar("_T")
 
@@ -53,6 +53,9 @@ class DelegatingStore(ObjectStore):
 
     def list(self, prefix: str, start_after: str | None = None) -> list[str]:
         return list(self._call("list", prefix, self.inner.list, prefix, start_after))
+
+    def list_children(self, prefix: str) -> Names:
+        return list(self._call("list", prefix, self.inner.list_children, prefix))
 
     def delete(self, key: str) -> None:
         self._call("delete", key, self.inner.delete, key)

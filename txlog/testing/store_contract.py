@@ -228,6 +228,19 @@ class StoreContract:
             assert isinstance(info.value, KeyError)  # ObjectNotFoundError is a KeyError too
         assert store.list("no/such/") == []
 
+    def test_list_children_names_the_level_below_a_prefix_once_each(
+            self, store: ObjectStore) -> None:
+        for k in LIST_KEYS:
+            store.put(k, b"x")
+        assert store.list_children("log/") == ["000000", "000001", "000010"]
+        assert store.list_children("log/000001/") == ["000000000100.json",
+                                                      "000000000105.json"]
+        assert store.list_children("no/such/") == []
+        # Whatever the store does natively, it names what a full listing implies.
+        n = len("log/")
+        assert store.list_children("log/") == sorted(
+            {k[n:].split("/", 1)[0] for k in store.list("log/")})
+
     def test_delete_prefix(self, store: ObjectStore) -> None:
         for k in ("p/1", "p/2", "p/q/3", "pp/4"):
             store.put(k, b"x")
