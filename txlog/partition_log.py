@@ -529,17 +529,22 @@ def encode_parquet(table: pa.Table) -> bytes:
 def encode_parquet_buffer(table: pa.Table) -> pa.Buffer:
     """A batch object: snappy, no statistics (planning never reads them).  Kafka record
     values are not dictionary-encoded: they are rarely repeated, and trying costs as much
-    CPU as the rest of the encoding.  The buffer is txlog's pool's: a store that writes
-    from any buffer writes it without a copy into Python bytes."""
+    CPU as the rest of the encoding.  Kafka-shaped objects carry no Arrow schema in their
+    footer: their Parquet types read back as exactly the Kafka schema, and every reader
+    (Spark's above all, per object) would otherwise decode that base64 schema for nothing;
+    other topics' objects keep it, since their Arrow types may not survive without it.
+    The buffer is txlog's pool's: a store that writes from any buffer writes it without a
+    copy into Python bytes."""
     dictionary: bool | list[str] = True
-    if "value" in table.column_names and has_kafka_fields(table.schema):
+    kafka = has_kafka_fields(table.schema)
+    if "value" in table.column_names and kafka:
         dictionary = [c for c in table.column_names if c != "value"]
     # Arrow's own buffer, not io.BytesIO: writing through a Python file object was
     # several times slower (docs/benchmarks.md).
     mem = arrow_memory.pool()
     buf = pa.BufferOutputStream(memory_pool=mem)
     pq.write_table(table, buf, compression="snappy", write_statistics=False,
-                   use_dictionary=dictionary, memory_pool=mem,
+                   use_dictionary=dictionary, store_schema=not kafka, memory_pool=mem,
                    row_group_size=row_group_rows(table))
     return buf.getvalue()
 

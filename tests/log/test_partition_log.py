@@ -282,3 +282,27 @@ def test_a_large_batch_object_is_written_in_row_groups_of_bounded_size() -> None
         rg = meta.row_group(g)
         stored = sum(rg.column(c).total_compressed_size for c in range(rg.num_columns))
         assert stored <= ROW_GROUP_BYTES, (g, stored)
+
+
+def test_kafka_objects_carry_no_arrow_schema_and_typed_ones_keep_it() -> None:
+    """A Kafka-shaped object's footer has no Arrow schema (its Parquet types read back as
+    exactly the Kafka schema); a typed topic's keeps it, restoring types Parquet lacks."""
+    import pyarrow.parquet as pq
+
+    from txlog.partition_log import decode_parquet, encode_parquet
+    from txlog.records import KAFKA_SCHEMA, kafka_table
+
+    kafka = kafka_table([(b"k", b"v", [("h", b"x"), ("n", None)], 5),
+                         (None, b"w", None, None), (b"", None, [], 7)])
+    typed = pa.table({"id": pa.array(["a", "b"], pa.large_string()),
+                      "n": pa.array([1, 2], pa.uint32()),
+                      "d": pa.array([3, 4], pa.duration("s")),
+                      "at": pa.array([5, 6], pa.timestamp("ms", tz="Europe/Paris"))})
+    for table, schema_kept in ((kafka, False), (kafka.select(["key", "value"]), False),
+                               (typed, True)):
+        raw = encode_parquet(table)
+        meta = pq.ParquetFile(pa.BufferReader(raw)).metadata.metadata or {}
+        assert (b"ARROW:schema" in meta) == schema_kept, table.schema
+        back = decode_parquet(raw, "x")
+        assert back.equals(table) and back.schema.equals(table.schema), back.schema
+    assert decode_parquet(encode_parquet(kafka), "x").schema.equals(KAFKA_SCHEMA)

@@ -452,3 +452,43 @@ def test_random_logs_ranges_batch_sizes_and_compaction_match_the_consumer(
         assert df.count() == len(want), f"seed={seed}"
         checked += len(want)
     assert checked > 100  # the ranges left rows to compare
+
+
+def test_objects_written_with_and_without_the_arrow_schema_read_alike(
+        spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kafka-shaped objects are written without the Arrow schema in their footer; those
+    written before, with it, still read alike (JVM scan, Python source, consumer)."""
+    url = str(tmp_path / "lake")
+    log = txlog.connect(url)
+    log.create_topic("m", partitions=1)
+    p = log.producer(transactional_id="m-tx")
+    p.init_transactions()
+    write = pq.write_table
+    for old in (True, False, True, False):
+        if old:  # as objects were written before: with the Arrow schema
+            monkeypatch.setattr(pq, "write_table",
+                                lambda *a, **k: write(*a, **{**k, "store_schema": True}))
+        p.begin_transaction()
+        for n in range(3):
+            p.send("m", f"v{old}{n}".encode(), key=b"k" if n else None,
+                   headers=[("h", b"x"), ("n", None)] if n == 1 else None,
+                   timestamp_ms=None if n == 2 else 1_000 + n)
+        p.commit_transaction()
+        monkeypatch.undo()
+    schemas = [b"ARROW:schema" in (pq.read_metadata(f).metadata or {})
+               for f in sorted((tmp_path / "lake").rglob("*.parquet"))]
+    assert sorted(schemas) == [False, False, True, True], schemas
+    c = txlog.connect(url).consumer(auto_offset_reset="earliest")
+    c.subscribe(["m"])
+    want = sorted(row(r.partition, r.offset, r.key, r.value, r.headers)
+                  for r in c.poll(max_records=100))
+    assert len(want) == 12
+    jvm = spark_ext.read(spark, url, topic="m", engine="jvm")
+    assert rows(jvm) == want
+    assert rows(spark_ext.read(spark, url, topic="m", engine="sql")) == want
+    python_source = spark.read.format("txlog_python").option("path", url).option("topic", "m")
+    assert rows(python_source.load()) == want
+    cols = ["offset", "timestampType", "unix_millis(timestamp) AS ts"]
+    assert sorted(map(tuple, jvm.selectExpr(*cols).collect())) == sorted(
+        map(tuple, spark_ext.read(spark, url, topic="m", engine="sql").selectExpr(*cols)
+            .collect()))

@@ -15,7 +15,7 @@ import txlog
 from txlog import layout, root_settings
 from txlog.config import DEFAULTS
 from txlog.state_log import CHECKPOINT_INTERVAL, StateLog, state_partition_for
-from txlog.storage.base import ObjectStore
+from txlog.storage.base import Names, ObjectStore
 from txlog.testing.delegating import DelegatingStore
 from txlog.testing.timeline import TimelineStore
 from txlog.txn_state import TxnRecord
@@ -150,7 +150,7 @@ class _ListingKinds(DelegatingStore):
         self.full.append(prefix)
         return super().list(prefix, start_after)
 
-    def list_children(self, prefix: str) -> list[str]:
+    def list_children(self, prefix: str) -> Names:
         self.children.append(prefix)
         return super().list_children(prefix)
 

@@ -18,6 +18,7 @@ import org.apache.parquet.example.data.Group;
 import org.apache.parquet.example.data.simple.SimpleGroupFactory;
 import org.apache.parquet.hadoop.ParquetWriter;
 import org.apache.parquet.hadoop.example.ExampleParquetWriter;
+import org.apache.parquet.hadoop.metadata.CompressionCodecName;
 import org.apache.parquet.schema.MessageType;
 import org.apache.parquet.schema.MessageTypeParser;
 import org.apache.spark.sql.types.DataTypes;
@@ -35,10 +36,15 @@ class SliceReaderTest {
 
     /** Writes {@code rows} values "name-i" as one object; returns its path. */
     private String write(String name, int rows) throws IOException {
+        return write(name, rows, CompressionCodecName.UNCOMPRESSED);
+    }
+
+    private String write(String name, int rows, CompressionCodecName codec) throws IOException {
         Path path = new Path(dir.resolve(name + ".parquet").toUri());
         SimpleGroupFactory groups = new SimpleGroupFactory(SCHEMA);
         try (ParquetWriter<Group> w = ExampleParquetWriter.builder(path)
-                 .withConf(new Configuration()).withType(SCHEMA).build()) {
+                 .withConf(new Configuration()).withType(SCHEMA).withCompressionCodec(codec)
+                 .build()) {
             for (int i = 0; i < rows; i++) {
                 w.write(groups.newGroup().append("value", name + "-" + i));
             }
@@ -137,6 +143,33 @@ class SliceReaderTest {
         }
         assertEquals(want, values);
         assertEquals(wantOffsets, offsets);
+    }
+
+    @Test
+    void compressedObjectsHandedOnShareOneDecompressor() throws Exception {
+        // Each reader released its decompressors at the end of its object: the next object's
+        // reader set them up again (a buffer and a codec stream per object).
+        List<String[]> slices = new ArrayList<>();
+        List<String> want = new ArrayList<>();
+        for (int o = 0; o < 6; o++) {
+            slices.add(slice(write("z" + o, 50 + o, CompressionCodecName.SNAPPY), 100L * o, 0,
+                             50 + o));
+            for (int i = 0; i < 50 + o; i++) {
+                want.add("z" + o + "-" + i);
+            }
+        }
+        List<String> values = new ArrayList<>();
+        try (SliceReader r = reader(slices, 64)) {
+            while (r.next()) {
+                ColumnarBatch b = r.get();
+                for (int i = 0; i < b.numRows(); i++) {
+                    values.add(new String(b.column(0).getBinary(i), StandardCharsets.UTF_8));
+                }
+            }
+            assertEquals(1, r.readersOpened());
+            assertEquals(1, r.decompressorsSetUp(), "one decompressor for objects 2..6");
+        }
+        assertEquals(want, values);
     }
 
     /** Prefetch on (on local disk too), at most {@code objects} objects ahead. */

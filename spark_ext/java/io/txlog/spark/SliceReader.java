@@ -60,6 +60,7 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
     private String filePath;   // the object file reads
     private long fileRows;     // rows in that object (its footer's)
     private ParquetReadOptions readOptions;
+    private SharedCodecs codecs;  // readOptions' codecs, released when the partition is read
     private FileSystem fs;     // the file system of the objects read (one root per read)
     private int readersOpened;
     private String footerPath; // the object whose row count footerRows is
@@ -266,9 +267,16 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
 
     private ParquetReadOptions readOptions(Path path, Configuration conf) {
         if (readOptions == null) {
-            readOptions = HadoopReadOptions.builder(conf, path).build();
+            ParquetReadOptions plain = HadoopReadOptions.builder(conf, path).build();
+            codecs = new SharedCodecs(plain.getCodecFactory());
+            readOptions = HadoopReadOptions.builder(conf, path).withCodecFactory(codecs).build();
         }
         return readOptions;
+    }
+
+    /** How many decompressors the readers objects were handed on to set up (for tests). */
+    int decompressorsSetUp() {
+        return codecs == null ? 0 : codecs.decompressorsSetUp();
     }
 
     /** An object opened with its footer read; the stream is positioned for the rows.
@@ -552,7 +560,13 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
                 prefetch = null;
             }
         } finally {
-            closeFile();
+            try {
+                closeFile();
+            } finally {
+                if (codecs != null) {
+                    codecs.close();
+                }
+            }
         }
     }
 }
