@@ -44,8 +44,8 @@ from spark_ext.read_plan import (
     subscribed_topics,
 )
 from txlog import checksums
+from txlog.batch_codec import decode_parquet
 from txlog.errors import CorruptObjectError, ObjectNotFoundError, OffsetOutOfRangeError
-from txlog.partition_log import decode_parquet
 from txlog.partition_state import READ_UNCOMMITTED, PartitionState
 from txlog.records import TopicPartition, offset_range, with_kafka_columns
 

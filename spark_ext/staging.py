@@ -24,8 +24,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from txlog import checksums, layout
+from txlog.batch_codec import encode_parquet
 from txlog.errors import ConfigError, SchemaMismatchError, UnknownTopicError
-from txlog.partition_log import encode_parquet
 from txlog.records import HEADER_TYPE, KAFKA_SCHEMA, conform, ts_range
 
 #: Columns a Kafka-shaped write takes (besides routing columns ``topic``/``partition``).

@@ -15,9 +15,10 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from txlog import checksums, layout
+from txlog.batch_codec import encode_parquet
 from txlog.errors import TxlogError
 from txlog.model import COMPACT, PURGE, RETENTION
-from txlog.partition_log import AppendSpec, encode_parquet
+from txlog.partition_log import AppendSpec
 from txlog.partition_state import VISIBLE, PartitionState, ReadSpan
 from txlog.records import TopicPartition, now_ms, with_kafka_columns
 

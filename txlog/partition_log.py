@@ -17,7 +17,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from txlog import (
     arrow_memory,
@@ -27,20 +26,15 @@ from txlog import (
     inline_copies,
     layout,
 )
+from txlog.batch_codec import decode_parquet, encode_parquet_buffer
 from txlog.checkpoint import decode_checkpoint, encode_checkpoint
 from txlog.declared_size import (
     DEFAULT_FETCH_MAX_BYTES,
-    MAX_DECODED_RATIO,
-    check_declared_size,
-    decoded_limit,
-    decoded_size,
-    parquet_expansion_bound,
 )
 from txlog.errors import (
     CorruptObjectError,
     ObjectNotFoundError,
     ProducerFencedError,
-    RecordTooLargeError,
 )
 from txlog.fanout import fan_out
 from txlog.model import (
@@ -50,13 +44,12 @@ from txlog.model import (
     DATA,
     INLINE_MAX_BYTES,
     PARTS,
-    ROW_GROUP_BYTES,
     Entry,
     decode_entry,
     named_objects,
 )
 from txlog.partition_state import PartitionState, ReadSpan
-from txlog.records import has_kafka_fields, now_ms
+from txlog.records import now_ms
 from txlog.storage.base import ObjectStore
 from txlog.unique import unique
 
@@ -519,103 +512,3 @@ def _suspicious_bytes(keys: pa.Array) -> bool:
     raw = np.frombuffer(value_buf, np.uint8)[offsets[0]:offsets[-1]]
     dots = raw == ord(".")
     return bool((raw == ord("\\")).any() or (raw == 0).any() or (dots[1:] & dots[:-1]).any())
-
-
-def encode_parquet(table: pa.Table) -> bytes:
-    """A batch object's bytes (see :func:`encode_parquet_buffer`)."""
-    return encode_parquet_buffer(table).to_pybytes()  # type: ignore[no-any-return]
-
-
-def encode_parquet_buffer(table: pa.Table) -> pa.Buffer:
-    """A batch object: snappy, no statistics (planning never reads them).  Kafka record
-    values are not dictionary-encoded: they are rarely repeated, and trying costs as much
-    CPU as the rest of the encoding.  Kafka-shaped objects carry no Arrow schema in their
-    footer: their Parquet types read back as exactly the Kafka schema, and every reader
-    (Spark's above all, per object) would otherwise decode that base64 schema for nothing;
-    other topics' objects keep it, since their Arrow types may not survive without it.
-    The buffer is txlog's pool's: a store that writes from any buffer writes it without a
-    copy into Python bytes."""
-    dictionary: bool | list[str] = True
-    kafka = has_kafka_fields(table.schema)
-    if "value" in table.column_names and kafka:
-        dictionary = [c for c in table.column_names if c != "value"]
-    # Arrow's own buffer, not io.BytesIO: writing through a Python file object was
-    # several times slower (docs/benchmarks.md).
-    mem = arrow_memory.pool()
-    buf = pa.BufferOutputStream(memory_pool=mem)
-    pq.write_table(table, buf, compression="snappy", write_statistics=False,
-                   use_dictionary=dictionary, store_schema=not kafka, memory_pool=mem,
-                   row_group_size=row_group_rows(table))
-    return buf.getvalue()
-
-
-def row_group_rows(table: pa.Table) -> int:
-    """Rows per row group so that each holds at most ROW_GROUP_BYTES of ``table``."""
-    per_row = table.nbytes / max(1, table.num_rows)
-    return max(1, min(1 << 20, int(ROW_GROUP_BYTES // max(1.0, per_row))))
-
-
-def decode_parquet(raw: bytes, where: str, columns: Sequence[str] | None = None, *,
-                   fetch_max_bytes: int = DEFAULT_FETCH_MAX_BYTES) -> pa.Table:
-    # ParquetFile, not read_table: read_table builds a dataset per call, which doubled
-    # the time to decode a batch object.
-    try:
-        # The object is in memory already: nothing to read ahead.
-        pf = pq.ParquetFile(pa.BufferReader(raw), pre_buffer=False)
-        bound = parquet_expansion_bound(raw, pf.metadata, pf.schema)
-    except Exception as exc:  # pyarrow raises several types for damaged input
-        raise CorruptObjectError(
-            f"batch object {where} cannot be read as Parquet ({type(exc).__name__}: {exc}); "
-            "it is truncated or corrupt"
-        ) from None
-    # Before decoding: the footer's and pages' sizes say what decompression would allocate.
-    check_declared_size(bound.declared, len(raw), where, fetch_max_bytes=fetch_max_bytes)
-    limit = decoded_limit(len(raw), fetch_max_bytes)
-    # Run-length and dictionary encoding expand past what the pages declare: the values
-    # alone, or (below) the dictionaries' entries, must fit the same limit.
-    check_declared_size(bound.fixed, len(raw), where, fetch_max_bytes=fetch_max_bytes,
-                        what="batch object (its values)")
-    cols = list(columns) if columns else None
-    try:
-        # One thread: the columns of one object are small, and decoding them on Arrow's
-        # thread pool left each of its threads' allocator caches holding freed memory.
-        if bound.potential <= limit:
-            return pf.read(columns=cols, use_threads=False)
-        return _read_expanding(raw, pf, bound.dictionary_columns, cols, where, limit)
-    except RecordTooLargeError:
-        raise
-    except Exception as exc:  # pyarrow raises several types for damaged input
-        raise CorruptObjectError(
-            f"batch object {where} cannot be read as Parquet ({type(exc).__name__}: {exc}); "
-            "it is truncated or corrupt"
-        ) from None
-
-
-def _read_expanding(raw: bytes, pf: pq.ParquetFile, dictionary_columns: Sequence[str],
-                    columns: list[str] | None, where: str, limit: int) -> pa.Table:
-    """Read ``raw`` whose dictionaries could expand past ``limit``: decoded as dictionaries
-    first (no bigger than its pages), measured, and expanded only if that fits."""
-    compact = pq.ParquetFile(pa.BufferReader(raw), metadata=pf.metadata, pre_buffer=False,
-                             read_dictionary=list(dictionary_columns))
-    groups = compact.metadata.num_row_groups
-    # Row group by row group: a nested column read as dictionaries cannot span several.
-    parts = []
-    size = 0
-    for i in range(groups):
-        part = compact.read(columns=columns, use_threads=False) if groups == 1 else \
-            compact.read_row_group(i, columns=columns, use_threads=False)
-        size += decoded_size(part)
-        if size > limit:
-            raise RecordTooLargeError(
-                f"batch object {where} expands into more than {size} bytes decoded from "
-                f"{len(raw)} stored (its dictionary entries repeated), more than "
-                f"fetch.max.bytes and {MAX_DECODED_RATIO} times its size; txlog does not "
-                "decode it (raise fetch.max.bytes if it is genuine)")
-        parts.append(part)
-    plain = pf.schema_arrow
-    if not parts:
-        return pf.read(columns=columns, use_threads=False)
-    schema = pa.schema([plain.field(n) for n in parts[0].column_names])
-    if len(parts) == 1:
-        return parts[0].cast(schema)
-    return pa.concat_tables([p.cast(schema) for p in parts])

@@ -10,7 +10,14 @@ import pyarrow as pa
 import pytest
 
 import txlog
-from txlog import TopicPartition, fetch_windows, inline_copies, layout, partition_log
+from txlog import (
+    TopicPartition,
+    batch_codec,
+    fetch_windows,
+    inline_copies,
+    layout,
+    partition_log,
+)
 
 SEED = 3535
 FETCH_MAX = 256 * 1024
@@ -47,7 +54,7 @@ def test_a_poll_decodes_at_most_fetch_max_bytes_and_one_object(
     prod.close()
 
     decoded: list[int] = []  # the decoded size of every object this poll read
-    real = partition_log.decode_parquet
+    real = batch_codec.decode_parquet
 
     def counting(*args: Any, **kwargs: Any) -> pa.Table:
         table = real(*args, **kwargs)
@@ -119,7 +126,7 @@ def test_a_poll_cut_short_by_its_budget_fetches_only_what_it_decodes(
 
     monkeypatch.setattr(reader.store, "get", counting_get)
     decoded: list[int] = []
-    real = partition_log.decode_parquet
+    real = batch_codec.decode_parquet
 
     def counting(*args: Any, **kwargs: Any) -> pa.Table:
         table = real(*args, **kwargs)

@@ -213,7 +213,7 @@ def test_batch_objects_of_kafka_and_typed_topics_encode_and_decode() -> None:
     optional columns, and takes typed tables with other columns (one named value too)."""
     import pyarrow.parquet as pq
 
-    from txlog.partition_log import decode_parquet, encode_parquet
+    from txlog.batch_codec import decode_parquet, encode_parquet
 
     kv = pa.table({"key": pa.array([b"k"] * 3), "value": pa.array([b"v"] * 3)})
     typed = pa.table({"id": pa.array(["a", "b", "c"]), "value": pa.array([1, 2, 3])})
@@ -264,8 +264,8 @@ def test_a_large_batch_object_is_written_in_row_groups_of_bounded_size() -> None
 
     import pyarrow.parquet as pq
 
+    from txlog.batch_codec import encode_parquet
     from txlog.model import ROW_GROUP_BYTES
-    from txlog.partition_log import encode_parquet
     from txlog.records import KAFKA_SCHEMA
 
     rng = random.Random(3505)
@@ -289,7 +289,7 @@ def test_kafka_objects_carry_no_arrow_schema_and_typed_ones_keep_it() -> None:
     exactly the Kafka schema); a typed topic's keeps it, restoring types Parquet lacks."""
     import pyarrow.parquet as pq
 
-    from txlog.partition_log import decode_parquet, encode_parquet
+    from txlog.batch_codec import decode_parquet, encode_parquet
     from txlog.records import KAFKA_SCHEMA, kafka_table
 
     kafka = kafka_table([(b"k", b"v", [("h", b"x"), ("n", None)], 5),

@@ -17,11 +17,11 @@ import pytest
 
 import txlog
 from txlog import checksums
+from txlog.batch_codec import decode_parquet
 from txlog.checkpoint import decode_checkpoint
 from txlog.declared_size import ipc_declared_size, parquet_declared_size
 from txlog.errors import ConfigError, CorruptObjectError, RecordTooLargeError
 from txlog.model import decode_entry
-from txlog.partition_log import decode_parquet
 from txlog.records import TopicPartition, kafka_table, largest_record
 
 TP = TopicPartition("t", 0)

@@ -41,6 +41,7 @@ from hypothesis import strategies as st
 
 import txlog
 from txlog import layout
+from txlog.batch_codec import decode_parquet, encode_parquet
 from txlog.checkpoint import decode_checkpoint, encode_checkpoint, with_checksum
 from txlog.config import load_config
 from txlog.errors import (
@@ -56,7 +57,6 @@ from txlog.errors import (
 )
 from txlog.log import TopicInfo
 from txlog.model import FORMAT_VERSION, Entry, decode_entry
-from txlog.partition_log import decode_parquet, encode_parquet
 from txlog.partition_state import READ_COMMITTED, PartitionState
 from txlog.records import KAFKA_SCHEMA, TopicPartition, kafka_table
 from txlog.state_log import VERSION as STATE_LOG_VERSION

@@ -15,6 +15,7 @@ import pytest
 
 import txlog
 from txlog import checksums, layout, root_settings
+from txlog.batch_codec import encode_parquet
 from txlog.errors import (
     AtomicCreateUnsupportedError,
     ConfigError,
@@ -24,7 +25,7 @@ from txlog.errors import (
 )
 from txlog.maintenance import maintain
 from txlog.model import DATA, Entry
-from txlog.partition_log import AppendSpec, encode_parquet
+from txlog.partition_log import AppendSpec
 from txlog.records import kafka_table
 from txlog.storage import beneath, open_store
 
