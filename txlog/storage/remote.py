@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import random
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from txlog.errors import (
@@ -427,23 +428,13 @@ class RemoteStore(ObjectStore):
         full_prefix = self.prefix + prefix
         names: set[str] = set()
         if self.backend == "s3":
-            fs = self.fsspec()
             kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": full_prefix,
                                       "Delimiter": "/"}
-            while True:
-                self.counter.add("list")
-                try:
-                    page = fs.call_s3("list_objects_v2", **kwargs)
-                except Exception as exc:
-                    raise self._fail("list", prefix, exc) from exc
+            for page in self._s3_pages(prefix, kwargs):
                 for cp in page.get("CommonPrefixes", ()):
                     names.add(cp["Prefix"][len(full_prefix):].rstrip("/"))
                 for obj in page.get("Contents", ()):
                     names.add(obj["Key"][len(full_prefix):])
-                token = page.get("NextContinuationToken")
-                if not page.get("IsTruncated") or not token:
-                    break
-                kwargs["ContinuationToken"] = token
         else:
             self.counter.add("list")
             base = f"{self.root}/{prefix.rstrip('/')}" if prefix.rstrip("/") else self.root
@@ -458,7 +449,6 @@ class RemoteStore(ObjectStore):
 
     def _list_s3(self, prefix: str, start_after: str | None) -> _Keys:
         """ListObjectsV2 with StartAfter: a tail listing skips history server-side."""
-        fs = self.fsspec()
         full_prefix = self.prefix + prefix
         kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": full_prefix}
         if start_after is not None:
@@ -476,19 +466,27 @@ class RemoteStore(ObjectStore):
             found = self._list_obstore(fast, prefix, full_prefix, kwargs.get("StartAfter"))
             if found is not None:
                 return [k[n:] for k in found if start_after is None or k[n:] > start_after]
+        for page in self._s3_pages(prefix, kwargs):
+            for obj in page.get("Contents", ()):
+                k = obj["Key"][n:]
+                if start_after is None or k > start_after:
+                    out.append(k)
+        return out
+
+    def _s3_pages(self, prefix: str, kwargs: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        """The pages of one ListObjectsV2 through s3fs, each request counted; StartAfter
+        applies to the first page only (the continuation token carries it on)."""
+        fs = self.fsspec()
         while True:
             self.counter.add("list")
             try:
                 page = fs.call_s3("list_objects_v2", **kwargs)
             except Exception as exc:
                 raise self._fail("list", prefix, exc) from exc
-            for obj in page.get("Contents", ()):
-                k = obj["Key"][n:]
-                if start_after is None or k > start_after:
-                    out.append(k)
+            yield page
             token = page.get("NextContinuationToken")
             if not page.get("IsTruncated") or not token:
-                return out
+                return
             kwargs.pop("StartAfter", None)
             kwargs["ContinuationToken"] = token
 
