@@ -29,6 +29,7 @@ from txlog.txn_markers import TxnCompleter
 from txlog.txn_state import (
     COMPLETE,
     DEAD,
+    EMPTY,
     ONGOING,
     PREPARING,
     PendingAppend,
@@ -141,7 +142,8 @@ class Coordinator(TxnCompleter):
     def prepare_end(self, txn_id: str, producer_id: int, epoch: int, commit: bool,
                     pending: tuple[PendingAppend, ...] = (), *,
                     register: Iterable[TopicPartition] = (),
-                    inline: Mapping[str, bytes] | None = None) -> TxnEnd:
+                    inline: Mapping[str, bytes] | None = None,
+                    claim: bool = False) -> TxnEnd:
         """EndTxn up to its decision.  Returns the end decided by the persisted Prepare*
         record (``prep``), which :meth:`complete` then rolls forward (the outcome is
         decided once it is durable, as Kafka answers EndTxn before its markers are
@@ -153,7 +155,10 @@ class Coordinator(TxnCompleter):
         partitions must be registered already, or be in ``register`` (AddPartitions
         folded into the decision: one state-log write).  ``inline``: the bytes of pending
         objects that may still be uploading; the record carries base64 copies, and
-        whoever rolls it forward writes them first (TxnCompleter.write_markers)."""
+        whoever rolls it forward writes them first (TxnCompleter.write_markers).
+        ``claim`` (an abort only): write a record even when there is nothing to abort,
+        after a PrepareCommit of unknown outcome that needed no Ongoing record before it
+        (decide.end_txn)."""
         assert commit or not (pending or inline)
         if inline:
             wanted = tuple(sorted({(tp.topic, tp.partition) for tp in register}))
@@ -164,12 +169,14 @@ class Coordinator(TxnCompleter):
         else:
             assert not register
             decision = partial(decide.end_txn, txn_id=txn_id, producer_id=producer_id,
-                               epoch=epoch, commit=commit, pending=pending)
+                               epoch=epoch, commit=commit, pending=pending, claim=claim)
         got = self.state_log.partition_for(txn_id).run(
             txn_id, decision, complete=self.complete,
             expire=partial(self.abort_if_expired, txn_id),
             expired=self._owner_expired, owner=(producer_id, epoch))
         if isinstance(got, TxnRecord):
+            if got.state == EMPTY:  # a claim written: nothing was open
+                return TxnEnd.nothing(txn_id, producer_id, epoch)
             return TxnEnd.decided(got)
         assert got is not None
         return got

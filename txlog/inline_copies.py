@@ -96,11 +96,14 @@ def ensure_objects(store: ObjectStore, copies: Mapping[str, bytes | None]) -> No
     replaced whole.  None: a damaged copy, so the object must exist already."""
     for key, data in copies.items():
         if data is None:  # (its copy failed its checksum: only the object itself will do)
-            if not store.exists(key):
+            try:
+                checksums.verify(key, store.get(key))
+            except (CorruptObjectError, ObjectNotFoundError):
                 raise CorruptObjectError(
                     f"the decided commit's copy of batch object {key} fails its checksum "
-                    "and the object was never written: restore the state-log record or "
-                    "the object from a backup; until then its markers are not written")
+                    "and the object was never written whole: restore the state-log record "
+                    "or the object from a backup; until then its markers are not "
+                    "written") from None
             continue
         if store.put_if_absent(key, data):
             continue

@@ -198,9 +198,16 @@ def add_partitions(cur: TxnRecord | None, facts: Facts, *, txn_id: str, producer
 
 
 def end_txn(cur: TxnRecord | None, facts: Facts, *, txn_id: str, producer_id: int,
-            epoch: int, commit: bool, pending: tuple[PendingAppend, ...] = ()) -> Decision:
+            epoch: int, commit: bool, pending: tuple[PendingAppend, ...] = (),
+            claim: bool = False) -> Decision:
     """EndTxn up to its decision: write Prepare* (``pending``: the batch objects its
-    COMMIT markers append), or answer a retry from the record that ended it."""
+    COMMIT markers append), or answer a retry from the record that ended it.
+
+    ``claim`` (an abort): with nothing open, still write the record (Empty, the same
+    producer id and epoch).  A PrepareCommit that registers its partitions follows an
+    Empty or Complete* record directly; if its write failed with an unknown outcome, it
+    may land later, and only a record written at the slot it claimed, or one that
+    changes the record it expects, keeps it from landing after the abort returned."""
     ended = ended_as(cur, producer_id, epoch)
     if cur is not None and ended is not None:
         # The transaction already ended: our own retry, or a timeout abort.
@@ -224,6 +231,9 @@ def end_txn(cur: TxnRecord | None, facts: Facts, *, txn_id: str, producer_id: in
     if cur.state == EMPTY or (cur.state in COMPLETE and not cur.partitions):
         if not facts.fresh:
             return Reread()
+        if claim and not commit:
+            return Write(cur.transition(EMPTY, partitions=(),
+                                        last_update_ms=max(facts.now, cur.last_update_ms + 1)))
         return Return(TxnEnd.nothing(txn_id, producer_id, epoch))  # nothing was written
     if cur.state in PREPARING:
         if (cur.state == PREPARE_COMMIT) != commit:

@@ -71,6 +71,11 @@ class TxnCompleter:
             inline = carried
         ensure: dict[str, bytes | None] = {} if durable else {
             k: carried.get(k) for k, _ in prep.inline}
+        damaged = {k: None for k, v in ensure.items() if v is None}
+        if damaged:
+            # Before any marker: an object that can be neither found whole nor written
+            # from its copy must stop every partition's marker, or the commit is torn.
+            inline_copies.ensure_objects(self.log.store, damaged)
 
         def mark(tp: TopicPartition) -> None:
             self.write_marker(tp, prep.producer_id, prep.epoch, commit,

@@ -323,23 +323,26 @@ def test_inline_commit_crash_before_uploads_then_a_reader_recovers(tmp_path: Pat
     assert set(assert_atomic_and_unstuck(txlog.connect(root))) == {0, 1}
 
 
-def test_a_damaged_copy_of_a_missing_object_stops_the_roll_forward(tmp_path: Path) -> None:
+@pytest.mark.parametrize("which", [0, -1], ids=["first", "last"])
+def test_a_damaged_copy_of_a_missing_object_stops_the_roll_forward(
+        tmp_path: Path, which: int) -> None:
     """Killed before any upload of its decided commit, and the record's copy of one
     object then damaged: the roll-forward refuses (CorruptObjectError naming the object)
-    rather than append a marker that names an object that does not exist; the partition
-    of that object gets no marker, and no record of the transaction is visible there."""
+    before any marker, rather than append a marker that names an object that does not
+    exist: the transaction is visible on none of its partitions, not torn across them."""
     import json
 
     from txlog.errors import CorruptObjectError
 
     root = _killed_inline(tmp_path, "after_inline_decision", 6)
     log = txlog.connect(root)
+    before = dict(visible_by_txn(txlog.connect(root)))
     part = log.coordinator.state_log.partition_for("tx")
     part.refresh()
     slot = part.next_slot - 1
     key = part.entry_key(slot)
     body = json.loads(log.store.get(key))
-    victim = sorted(body["record"]["inline"])[0]
+    victim = sorted(body["record"]["inline"])[which]
     body["record"]["inline"][victim] = "AAAA"  # (valid base64, wrong bytes)
     log.store.put(key, json.dumps(body).encode())
     with pytest.raises(CorruptObjectError, match=victim.split("/")[-1]):
@@ -348,3 +351,4 @@ def test_a_damaged_copy_of_a_missing_object_stops_the_roll_forward(tmp_path: Pat
     st = txlog.connect(root).partition_log(TopicPartition(topic, p)).refresh()
     assert all(b != victim for b in st.batches.data)
     assert not log.store.exists(victim)
+    assert dict(visible_by_txn(txlog.connect(root))) == before

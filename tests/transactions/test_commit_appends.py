@@ -617,3 +617,46 @@ def test_an_upload_that_fails_after_the_decision_is_written_from_its_copy(
     assert fut.get(60).offset == 0
     p.close()
     assert values(log, "a") == [b"kept"]
+
+
+@pytest.mark.parametrize("before", ["complete_commit", "empty"])
+def test_an_abort_after_a_decision_of_unknown_outcome_keeps_it_from_landing_later(
+        log: txlog.Log, before: str) -> None:
+    """A PrepareCommit that registers its partitions follows Empty or CompleteCommit
+    with no Ongoing record, so an abort finds nothing open.  If that write failed with an
+    unknown outcome (its read-back found nothing) and its request lands only after
+    abort_transaction() returned, the transaction would be committed although the abort
+    succeeded: the abort claims the record's next slot, and the late write loses."""
+    p = log.producer(transactional_id="late")
+    p.init_transactions()
+    if before == "complete_commit":
+        p.begin_transaction()
+        p.send("a", b"kept", partition=0)
+        p.commit_transaction()
+    store = p.log.store
+    real = store.put_if_absent
+    held: list[tuple[str, bytes]] = []
+
+    def delayed(key: str, data: Any) -> bool:
+        if "_txn/state/" in key and b'"inline"' in bytes(data) and not held:
+            held.append((key, bytes(data)))
+            raise StorageError("injected: the request timed out and may still land")
+        return real(key, data)
+
+    store.put_if_absent = delayed  # type: ignore[method-assign]
+    p.begin_transaction()
+    p.send("a", b"aborted-0", partition=0)
+    p.send("a", b"aborted-1", partition=1)
+    with pytest.raises(StorageError, match="may have landed"):
+        p.commit_transaction()
+    assert held
+    p.abort_transaction()
+    store.put_if_absent = real  # type: ignore[method-assign]
+    assert real(*held[0]) is False  # the delayed request lands on a claimed slot
+    p.begin_transaction()
+    p.send("a", b"after", partition=1)
+    p.commit_transaction()
+    p.close()
+    txlog.connect(log.url).coordinator.sweep()
+    want = [b"after"] if before == "empty" else [b"after", b"kept"]
+    assert sorted(values(log, "a")) == want

@@ -179,6 +179,15 @@ END_CASES: list[tuple[str, Callable[..., Decision], TxnRecord | None, Facts,
      end(True, PENDING_ELSEWHERE), ONGOING, facts(fresh=False), ("reread",)),
     ("pending objects in an unregistered partition: refused",
      end(True, PENDING_ELSEWHERE), ONGOING, facts(), ("fail", InvalidTxnStateError)),
+    ("an abort claiming the slot a decision of unknown outcome wanted: Empty written",
+     partial(decide.end_txn, txn_id="t", producer_id=PID, epoch=EPOCH, commit=False,
+             claim=True), EMPTY, facts(),
+     ("write", EMPTY.transition("Empty", partitions=(),
+                                last_update_ms=max(NOW, EMPTY.last_update_ms + 1)),
+      False, False)),
+    ("an abort claiming the slot finds the decision landed: refused",
+     partial(decide.end_txn, txn_id="t", producer_id=PID, epoch=EPOCH, commit=False,
+             claim=True), PREP_COMMIT, facts(), ("fail", InvalidTxnStateError)),
 ]
 
 

@@ -171,6 +171,10 @@ class ProducerCore:
         # Partitions of a commit whose BEGIN entries are written beside its
         # PrepareCommit (held already: see Sender._write_batches).
         self._unbegun: list[TopicPartition] = []
+        # A commit that registered its partitions in its PrepareCommit failed with an
+        # unknown outcome: the abort must claim the record's next slot, or that write
+        # could still land after the abort returned (see txn_decide.end_txn's claim).
+        self._claim_on_abort = False
         self._error: BaseException | None = None
         # The state send() needs no further check in (see _check_can_send).
         self._sending_state = State.READY if transactional_id is None else \

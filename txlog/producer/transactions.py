@@ -197,7 +197,9 @@ class TransactionManager(InlineCommit):
         coord = self.log.coordinator
         self._settle()
         end = coord.prepare_end(self.transactional_id, self.producer_id, self.epoch, commit,
-                                pending)
+                                pending, claim=not commit and self._claim_on_abort)
+        if not commit:
+            self._claim_on_abort = False
         if end.next_id is not None:
             self.producer_id, self.epoch = end.next_id
             if batches:  # it ended as a commit already: whoever ended it appended them
@@ -310,6 +312,7 @@ class TransactionManager(InlineCommit):
                 self._drop_group(group, exc, discard=False)
                 raise
             if not self._decided_after_all(named):
+                self._claim_on_abort = True
                 unknown = _outcome_unknown(exc)  # (not discarded, as in _commit_queued)
                 self._drop_group(group, unknown, discard=False)
                 raise unknown from exc
