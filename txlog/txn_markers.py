@@ -67,7 +67,7 @@ class TxnCompleter:
 
         pending = {(a.topic, a.partition): a for a in prep.pending}
         carried = prep.inline_bytes() if commit and prep.inline else {}
-        if inline is None and carried:
+        if not inline and carried:
             inline = carried
         ensure: dict[str, bytes | None] = {} if durable else {
             k: carried.get(k) for k, _ in prep.inline}

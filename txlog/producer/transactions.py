@@ -356,7 +356,10 @@ class TransactionManager(InlineCommit):
             return False
         if rec.state == PREPARE_COMMIT and (rec.producer_id, rec.epoch) == (pid, epoch):
             c = _Completion(TxnEnd.decided(rec), named)
-            completions.track(self.log.store.identity, pid, epoch, c.markers)
+            # (a decision that registered its partitions left no entry there for this
+            # process's readers to meet: they wait by partition, as after _decide_folded)
+            completions.track(self.log.store.identity, pid, epoch, c.markers,
+                              rec.partitions if rec.inline else ())
             self._completing = c
             return True
         if ended_as(rec, pid, epoch) == COMMITTED:  # rolled forward by someone already
