@@ -47,8 +47,12 @@ def test_latency_benchmark_reports_requests_per_operation(tmp_path: Path) -> Non
         assert op["requests_total"] >= 1 and op["sequential_p50"] >= 1, (name, op)
         assert op["sequential_p50"] <= op["requests_total"], (name, op)
         assert op["timeline"], name
-    # A commit's decision is a conditional create, on its critical path every time.
-    assert res["results"]["commit_1"]["sequential_by_kind"]["put_if_absent"] >= 1
+    # A commit's decision is a conditional create, every time; decided beside its
+    # uploads, the create or the upload may end last and be the one on the critical path.
+    commit_1 = res["results"]["commit_1"]
+    assert commit_1["requests"]["put_if_absent"] >= 1, commit_1["requests"]
+    on_path = commit_1["sequential_by_kind"]
+    assert on_path.get("put", 0) + on_path.get("put_if_absent", 0) >= 0.99, on_path
     # An idle poll reads the next slots' entries by name: a few GETs, no LIST.
     idle = res["results"]["idle_poll"]["requests"]
     assert idle.get("list", 0) == 0 and 1 <= idle.get("get", 0) <= PROBE_SLOTS, idle
