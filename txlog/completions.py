@@ -65,12 +65,7 @@ def wait_for_partition(store_url: str, topic: str, partition: int) -> bool:
         return False
     with _lock:
         futs = list(_by_partition.get((store_url, topic, partition), ()))
-    for f in futs:
-        try:
-            f.result()
-        except Exception:
-            pass
-    return bool(futs)
+    return _wait_all(futs)
 
 
 def wait_for(store_url: str, txns: Iterable[tuple[int, int]]) -> bool:
@@ -81,6 +76,12 @@ def wait_for(store_url: str, txns: Iterable[tuple[int, int]]) -> bool:
     with _lock:
         futs = [f for pid, epoch in txns
                 if (f := _in_flight.get((store_url, pid, epoch))) is not None]
+    return _wait_all(futs)
+
+
+def _wait_all(futs: list[Future[Any]]) -> bool:
+    """Wait for ``futs``; True if there were any.  Their failures are the committing
+    producer's to report, not the waiting reader's."""
     for f in futs:
         try:
             f.result()
