@@ -13,7 +13,7 @@ one Spark session (local[2]), interleaved over several rounds, as
   Python workers (rows cross from the JVM as Arrow);
 * ``df.write.parquet`` of the same DataFrame (snappy, as txlog writes);
 
-and reports rows/s and the throughput ratio (goal: txlog >= 0.9 of Parquet).
+and reports rows/s and the throughput ratio (goal: txlog >= 1.0 of Parquet).
 
 Durability differs on the local disk: txlog syncs every object it writes before the log
 names it (the JVM writer forces each staged file, the commit syncs its own), while
