@@ -82,12 +82,12 @@ class RemoteStore(ObjectStore):
     #: Attempts of a conditional create before giving up (each ambiguous or 409 outcome
     #: costs one), and the backoff between them (seconds, doubled each time, jittered).
     retry_attempts = 10
+    retry_base_delay = 0.05
+    retry_max_delay = 2.0
     #: Keys an obstore listing may hold: one page of ListObjectsV2 as servers send it when
     #: asked for no page size.  A listing that reaches it is listed again through s3fs,
     #: whose pages txlog checks (see _list_obstore).
     obstore_list_keys = 1000
-    retry_base_delay = 0.05
-    retry_max_delay = 2.0
     #: How long a call retries a server it cannot connect to (txlog's configuration
     #: socket.connection.setup.timeout.ms sets it; a Log rebuilt from a pickle sets it
     #: again): a mistyped endpoint or a server that is down fails in seconds, not after
