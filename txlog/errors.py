@@ -44,6 +44,8 @@ class IncompleteListingError(StorageError):
     gave no way to fetch them, or pointed back at a page already read); txlog acts on no
     partial listing."""
 
+    retriable = True  # a server's passing fault; a lasting one fails the retry the same way
+
 
 class CorruptObjectError(StorageError):
     """A stored object cannot be decoded (truncated, corrupted, or not a txlog object)."""

@@ -49,7 +49,7 @@ def test_a_truncated_page_without_a_next_token_is_refused(page: dict[str, Any]) 
     text = str(info.value)
     assert "'log/' in s3://b/r" in text and "page 2" in text
     assert "NextContinuationToken" in text and "Retry" in text
-    assert isinstance(info.value, StorageError)
+    assert isinstance(info.value, StorageError) and info.value.retriable
 
 
 def test_a_next_token_already_followed_is_refused() -> None:
