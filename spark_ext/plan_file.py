@@ -9,7 +9,9 @@ data folder), which the plan names once.  The plan is transient: the JVM deletes
 once read, and a version other than :data:`PLAN_VERSION` is refused on both sides.  A
 plan the JVM never reads (its query failed first, or the driver went away) is removed by
 the process that wrote it: by its caller on a failure (:func:`discard`), else when that
-process exits (the planner process does when the driver JVM does).
+process exits (the planner process does when the driver JVM does).  The plans of a
+process killed before it could (SIGKILL) are removed by the next process that writes
+plans, or the next planner that starts (:mod:`spark_ext.plan_owner`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from spark_ext import plan_owner
 from spark_ext.hadoop_conf import HadoopLocation
 from spark_ext.plan_arrays import Slices
 from txlog import layout
@@ -104,7 +107,8 @@ def write(s: Slices, group_ids: np.ndarray, where: HadoopLocation) -> str:
     """Write the plan to a new file on this machine; returns its path (the reader deletes
     it once read)."""
     table = encode(s, group_ids, where)
-    fd, path = tempfile.mkstemp(prefix="txlog-plan-", suffix=".arrows")
+    fd, path = tempfile.mkstemp(prefix=plan_owner.plan_prefix(plan_owner.token()),
+                                suffix=plan_owner.PLAN_SUFFIX)
     os.close(fd)
     _track(path)
     try:
@@ -137,13 +141,15 @@ def _track(path: str) -> None:
 
 
 def remove_unread() -> None:
-    """Remove the plans this process wrote that nobody read (at exit).  It takes no lock,
-    so that a signal handler may call it whatever the interrupted code held."""
+    """Remove the plans this process wrote that nobody read, then its lock files (at
+    exit).  It takes no lock, so that a signal handler may call it whatever the
+    interrupted code held."""
     for path in list(_UNREAD):
         try:
             os.unlink(path)
         except FileNotFoundError:
             pass
+    plan_owner.release()
 
 
 atexit.register(remove_unread)

@@ -2,7 +2,8 @@
 ``python -m spark_ext.planner_server`` reads one JSON request per line on stdin and writes
 one JSON answer per line (:func:`spark_ext.jvm_plan.answer`); it ends when stdin closes,
 that is when the driver JVM exits, and then removes the scan plans it wrote that the JVM
-did not read (:mod:`spark_ext.plan_file`).
+did not read (:mod:`spark_ext.plan_file`).  On start it removes those of planners that
+were killed before they could (:mod:`spark_ext.plan_owner`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,11 @@ def _stopped(signum: int, frame: object) -> None:
 
 def main() -> None:
     signal.signal(signal.SIGTERM, _stopped)
+    from spark_ext import plan_owner
+
+    # Plans left by planners killed before they could remove them (SIGKILL, a crash):
+    # nobody will read them now.  A live planner's are left alone.
+    plan_owner.sweep()
     # The answers own stdout: anything else printed (a library's message) goes to stderr.
     out = os.fdopen(os.dup(sys.stdout.fileno()), "w", encoding="utf-8")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())

@@ -39,6 +39,14 @@ class AtomicCreateUnsupportedError(StorageError):
     """The backend cannot create an object atomically only-if-absent; txlog refuses it."""
 
 
+class IncompleteListingError(StorageError):
+    """A listing's pages did not add up to a whole listing (a page said more followed but
+    gave no way to fetch them, or pointed back at a page already read); txlog acts on no
+    partial listing."""
+
+    retriable = True  # a server's passing fault; a lasting one fails the retry the same way
+
+
 class CorruptObjectError(StorageError):
     """A stored object cannot be decoded (truncated, corrupted, or not a txlog object)."""
 

@@ -16,7 +16,7 @@ import pytest
 
 import spark_ext
 import txlog
-from spark_ext import jvm_scan, plan_file
+from spark_ext import jvm_scan, plan_file, plan_owner
 
 pytestmark = pytest.mark.spark
 
@@ -97,8 +97,81 @@ def test_a_read_that_fails_before_the_jvm_reads_its_plan_removes_it(
     tmp.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(tmp))
     assert spark_ext.read(spark, url, topic="p", engine="jvm").count() == records
-    assert list(tmp.iterdir()) == []  # read, and deleted by the JVM
+    assert plan_files(tmp) == set()  # read, and deleted by the JVM
     monkeypatch.setattr(jvm_scan, "PROVIDER", "io.txlog.spark.NoSuchScan")
     with pytest.raises(Exception, match="NoSuchScan"):
         spark_ext.read(spark, url, topic="p", engine="jvm")
+    assert plan_files(tmp) == set()
+
+
+def plan_files(tmp: Path) -> set[str]:
+    return {p.name for p in tmp.iterdir() if p.name.endswith(".arrows")}
+
+
+def stop(proc: subprocess.Popen[str]) -> None:
+    """End a planner as the driver JVM's exit does: stdin closes."""
+    assert proc.stdin is not None
+    proc.stdin.close()
+    proc.wait(timeout=120)
+
+
+@pytest.mark.slow
+def test_a_starting_planner_removes_the_plans_of_killed_planners_never_a_live_ones(
+        tmp_path: Path) -> None:
+    """A planner killed with SIGKILL cannot remove its unread plans; the next planner to
+    start does, while the plans of a planner still running stay."""
+    url = str(tmp_path / "lake")
+    build(url)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    procs: list[subprocess.Popen[str]] = []
+
+    def start() -> subprocess.Popen[str]:
+        procs.append(planner(tmp))
+        return procs[-1]
+
+    try:
+        live = start()
+        kept = Path(ask(live, scan(url))["planFile"])
+        killed = start()
+        left = Path(ask(killed, scan(url))["planFile"])
+        killed.kill()  # SIGKILL: no exit handler runs
+        killed.wait(timeout=120)
+        assert plan_files(tmp) == {kept.name, left.name}
+        # A new planner's first answer comes after its start: the dead one's plan is
+        # gone by then, the live one's stays (and reads as usual).
+        newcomer = start()
+        assert ask(newcomer, {"op": "ping"}) == {"pong": True}
+        assert plan_files(tmp) == {kept.name}
+        plan_file.read(str(kept))
+        own = Path(ask(newcomer, scan(url))["planFile"])
+        # The live planner is killed too; its plan goes at the next start, and a
+        # planner that ends cleanly takes its own with it.
+        live.kill()
+        live.wait(timeout=120)
+        stop(newcomer)
+        assert plan_files(tmp) == {kept.name} and not own.exists()
+        last = start()
+        assert ask(last, {"op": "ping"}) == {"pong": True}
+        assert plan_files(tmp) == set()
+        stop(last)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    # Lock files included: nothing is left once every planner is gone and swept.
     assert sorted(p.name for p in tmp.iterdir()) == []
+
+
+def test_plans_are_matched_to_their_owner_by_the_exact_token() -> None:
+    a, b = "0" * 32, "ab" * 16
+    names = [f"txlog-plans-{a}.lock", f"txlog-plans-{b}.making", "txlog-plans-xyz.lock",
+             f"txlog-plans-{a}.lock.bak", f"txlog-plan-{a}-k1.arrows", f"txlog-plan-{a}-k2.arrows",
+             f"txlog-plan-{b}-k3.arrows", f"txlog-plan-{a}-k4.arrows.tmp",
+             "txlog-plan-test-123.arrows", "txlog-plan-q1w2e3r4.arrows"]
+    assert plan_owner.lock_tokens(names) == {a: f"txlog-plans-{a}.lock",
+                                             b: f"txlog-plans-{b}.making"}
+    assert plan_owner.plans_of(a, names) == [f"txlog-plan-{a}-k1.arrows",
+                                             f"txlog-plan-{a}-k2.arrows"]
+    assert plan_owner.plans_of(b, names) == [f"txlog-plan-{b}-k3.arrows"]

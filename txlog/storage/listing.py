@@ -1,8 +1,13 @@
-"""Keys and bounds of a remote store's listings (pure): which prefixes and listed keys
-txlog can have written, and a StartAfter that filer-backed S3 servers honour exactly."""
+"""Keys, bounds and pages of a remote store's listings (pure): which prefixes and listed
+keys txlog can have written, a StartAfter that filer-backed S3 servers honour exactly, and
+when a ListObjectsV2 page leads to the next one."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
+from txlog.errors import IncompleteListingError
 from txlog.storage.base import check_key
 
 
@@ -56,3 +61,33 @@ def is_listable(key: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def next_page_token(page: Mapping[str, Any], seen: set[str], *, where: str) -> str | None:
+    """The continuation token to request the page after this ListObjectsV2 ``page`` with,
+    or None when it was the last; ``seen`` holds the tokens followed so far (this adds
+    the one it returns).
+
+    A page that says it is truncated but names no next token, or names one already
+    followed, raises IncompleteListingError: ending there would pass off part of the
+    listing as all of it (a sweep or retention pass would misjudge the objects it did not
+    see), and following a repeated token could list the same pages forever.
+    """
+    if not page.get("IsTruncated"):
+        return None
+    token = page.get("NextContinuationToken")
+    if not isinstance(token, str) or not token:
+        raise IncompleteListingError(
+            f"listing {where} stopped after page {len(seen) + 1}: the server said more "
+            "keys follow (IsTruncated) but sent no NextContinuationToken, so the rest "
+            "cannot be listed; txlog acts on no partial listing. Retry; if it recurs, "
+            "the S3-compatible server's paging is faulty: upgrade or report it")
+    if token in seen:
+        raise IncompleteListingError(
+            f"listing {where} went back to a page already read: page {len(seen) + 1} "
+            "named a NextContinuationToken the server had sent before, so following it "
+            "would list the same keys again; txlog acts on no partial listing. Retry; "
+            "if it recurs, the S3-compatible server's paging is faulty: upgrade or "
+            "report it")
+    seen.add(token)
+    return token

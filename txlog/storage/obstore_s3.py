@@ -197,16 +197,23 @@ class ObstoreS3:
         self._ob.delete(self._store, key)
 
     @_request
-    def list(self, folder: str, start_after: str | None) -> list[tuple[str, int]]:
+    def list(self, folder: str, start_after: str | None, *,
+             limit: int) -> list[tuple[str, int]] | None:
         """(key, size) of every object under ``folder`` ('' or a path without the trailing
-        '/'), sorted by the server, after ``start_after`` (sent as StartAfter)."""
+        '/'), sorted by the server, after ``start_after`` (sent as StartAfter); None once
+        the listing reaches ``limit`` keys (the rest is not fetched)."""
         try:
             stream = self._ob.list(self._store, folder or None, offset=start_after)
         except ValueError:
             # No valid key looks like this bound ('a//b'): list from the folder's start
             # (the caller filters by start_after itself).
             stream = self._ob.list(self._store, folder or None)
-        return [(meta["path"], int(meta["size"])) for batch in stream for meta in batch]
+        out: list[tuple[str, int]] = []
+        for batch in stream:
+            out.extend((meta["path"], int(meta["size"])) for meta in batch)
+            if len(out) >= limit:
+                return None
+        return out
 
 
 def http_status(exc: BaseException) -> int | None:

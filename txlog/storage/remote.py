@@ -48,7 +48,12 @@ from txlog.storage.create_outcome import (
     outcome,
     unreachable,
 )
-from txlog.storage.listing import is_listable, server_start_after, viable_prefix
+from txlog.storage.listing import (
+    is_listable,
+    next_page_token,
+    server_start_after,
+    viable_prefix,
+)
 from txlog.storage.remote_location import (
     PROBE_OPTION,
     check_client_installed,
@@ -79,6 +84,10 @@ class RemoteStore(ObjectStore):
     retry_attempts = 10
     retry_base_delay = 0.05
     retry_max_delay = 2.0
+    #: Keys an obstore listing may hold: one page of ListObjectsV2 as servers send it when
+    #: asked for no page size.  A listing that reaches it is listed again through s3fs,
+    #: whose pages txlog checks (see _list_obstore).
+    obstore_list_keys = 1000
     #: How long a call retries a server it cannot connect to (txlog's configuration
     #: socket.connection.setup.timeout.ms sets it; a Log rebuilt from a pickle sets it
     #: again): a mistyped endpoint or a server that is down fails in seconds, not after
@@ -190,7 +199,7 @@ class RemoteStore(ObjectStore):
         fast = self.fast()
         if fast is not None:
             try:  # (a folder no txlog key is in: the list is empty when the bucket exists)
-                fast.list(self.prefix + BUCKET_CHECK_PREFIX.rstrip("/"), None)
+                fast.list(self.prefix + BUCKET_CHECK_PREFIX.rstrip("/"), None, limit=1)
             except Exception as exc:
                 if "nosuchbucket" in str(exc).lower():
                     return True
@@ -477,6 +486,7 @@ class RemoteStore(ObjectStore):
         """The pages of one ListObjectsV2 through s3fs, each request counted; StartAfter
         applies to the first page only (the continuation token carries it on)."""
         fs = self.fsspec()
+        seen: set[str] = set()
         while True:
             self.counter.add("list")
             try:
@@ -484,8 +494,8 @@ class RemoteStore(ObjectStore):
             except Exception as exc:
                 raise self._fail("list", prefix, exc) from exc
             yield page
-            token = page.get("NextContinuationToken")
-            if not page.get("IsTruncated") or not token:
+            token = next_page_token(page, seen, where=self._where(prefix))
+            if token is None:
                 return
             kwargs.pop("StartAfter", None)
             kwargs["ContinuationToken"] = token
@@ -503,11 +513,16 @@ class RemoteStore(ObjectStore):
         self.counter.add("list")
         try:
             # obstore lists whole folders: list the prefix's folder, keep what matches.
-            found = fast.list(full_prefix.rpartition("/")[0], after or None)
+            found = fast.list(full_prefix.rpartition("/")[0], after or None,
+                              limit=self.obstore_list_keys)
         except InvalidPathError:
             return None  # a foreign key obstore cannot represent (e.g. a control char)
         except Exception as exc:
             raise self._fail("list", prefix, exc) from exc
+        if found is None:
+            # More than one page: object_store neither reads IsTruncated nor notices a
+            # repeated token, so the pages are fetched where each one is checked.
+            return None
         if any(size == 0 for _, size in found):
             # A folder marker ('a/b/', zero bytes) comes back from obstore as 'a/b',
             # indistinguishable from an empty object; txlog writes no empty objects.
