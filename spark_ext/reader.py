@@ -57,10 +57,11 @@ log = logging.getLogger(__name__)
 
 #: Output batches smaller than this many rows are merged before they go to the JVM.
 TARGET_BATCH_ROWS = 64 * 1024
-#: Output batches are cut before they pass this many bytes.
-TARGET_BATCH_BYTES = 32 * 1024 * 1024
+#: Output batches are cut before they pass this many bytes (merging small pieces
+#: copies them: this bounds the copy as well as the batch).
+TARGET_BATCH_BYTES = 8 * 1024 * 1024
 #: Decoded bytes of a piece of an object (a row group, or part of a large one).
-PIECE_BYTES = TARGET_BATCH_BYTES // 4
+PIECE_BYTES = TARGET_BATCH_BYTES
 #: Objects, and bytes of them, fetched ahead of the one a task decodes (remote stores).
 PREFETCH = PREFETCH_OBJECTS
 
@@ -139,10 +140,10 @@ def output_table(table: pa.Table, s: FileSlice, first_offset: int, shape: Output
 
 def read_slices(store: ObjectStore, slices: Sequence[tuple[Any, ...]], shape: OutputShape,
                 target: pa.Schema, fail_on_data_loss: bool) -> Iterator[pa.RecordBatch]:
-    """Arrow record batches of the slices: pieces of fewer than ~TARGET_BATCH_ROWS rows
-    merged, none past ~TARGET_BATCH_BYTES.  Each object is fetched once for the
-    consecutive slices in it (the runs of a compacted segment) and decoded a row group
-    at a time."""
+    """Arrow record batches of the slices: small pieces (fewer than TARGET_BATCH_ROWS
+    rows and half TARGET_BATCH_BYTES) merged, none past ~TARGET_BATCH_BYTES.  Each
+    object is fetched once for the consecutive slices in it (the runs of a compacted
+    segment) and decoded a row group at a time."""
     pending: list[pa.Table] = []
     rows = nbytes = 0
     reads = object_reads([FileSlice(*t) for t in slices])
@@ -154,6 +155,13 @@ def read_slices(store: ObjectStore, slices: Sequence[tuple[Any, ...]], shape: Ou
         del raw
         for s in r.slices:
             for t in slice_pieces(obj, s, shape, target):
+                if t.num_rows >= TARGET_BATCH_ROWS or t.nbytes >= TARGET_BATCH_BYTES // 2:
+                    # Large enough alone: handed on as decoded, without a merging copy.
+                    if pending:
+                        yield from _flush(pending)
+                        pending, rows, nbytes = [], 0, 0
+                    yield from t.to_batches()
+                    continue
                 if pending and nbytes + t.nbytes > TARGET_BATCH_BYTES:
                     yield from _flush(pending)
                     pending, rows, nbytes = [], 0, 0
