@@ -409,3 +409,40 @@ def test_pieces_keep_the_decoded_size_limits(nested: bool) -> None:
     with pytest.raises(RecordTooLargeError, match=r"declares \d+ bytes decoded .*fetch\.max"):
         BatchRows(sink.getvalue().to_pybytes(), "data/bomb.parquet", None, piece_bytes=1 << 20,
                   fetch_max_bytes=1_000_000)
+
+
+@pytest.mark.s3
+def test_objects_fetched_ahead_from_seaweedfs_read_in_order(
+        monkeypatch: pytest.MonkeyPatch, store_factory: Any) -> None:
+    """On a real S3 server, with the prefetch's own threads: every slice's rows in order,
+    a segment's runs from one fetch, and a missing object's error at its own slices,
+    after the rows before it."""
+    seed = 4417
+    print(f"seed={seed}")
+    rng = random.Random(seed)
+    monkeypatch.setattr(reader, "PREFETCH_BYTES", 150_000)
+    store = store_factory("s3", "pysource")
+    assert not store.local_requests
+    slices, want = [], []
+    base = 0
+    for _ in range(10):
+        n = rng.randint(50, 400)
+        key, raw, table = make_object(rng, n, value_bytes=300, group_bytes=16_000,
+                                      monkeypatch=monkeypatch)
+        store.put(key, raw)
+        at = 0
+        while at < n:
+            take = rng.randint(1, n - at)
+            slices.append(file_slice(key, raw, base, at, take))
+            want += expected(table, base, at, take)
+            at += take + rng.randint(0, 5)
+        base += n
+    assert records(read(cast(Any, store), slices)) == want
+    gone = FileSlice(*slices[len(slices) // 2]).key
+    store.delete(gone)
+    kept = [s for s in slices if FileSlice(*s).key != gone]
+    got = records(read(cast(Any, store), slices, fail_on_data_loss=False))
+    assert got == [r for r in want if any(
+        FileSlice(*s).start <= r[0] < FileSlice(*s).stop for s in kept)]
+    with pytest.raises(OffsetOutOfRangeError, match=rf"{gone} of t-0 .* is gone"):
+        read(cast(Any, store), slices)
