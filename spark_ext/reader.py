@@ -10,7 +10,6 @@ carry only options and the output shape, and rebuild the store from the options.
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -52,8 +51,6 @@ from txlog.records import TopicPartition, offset_range, with_kafka_columns
 if TYPE_CHECKING:
     from txlog.log import Log
     from txlog.storage import ObjectStore
-
-log = logging.getLogger(__name__)
 
 #: Output batches smaller than this many rows are merged before they go to the JVM.
 TARGET_BATCH_ROWS = 64 * 1024
