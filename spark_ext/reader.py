@@ -10,9 +10,7 @@ carry only options and the output shape, and rebuild the store from the options.
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -27,6 +25,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from spark_ext import plan_arrays
+from spark_ext.object_fetch import PREFETCH_BYTES, PREFETCH_OBJECTS, fetch_objects, object_reads
 from spark_ext.options import ReadOptions, check_query_kind
 from spark_ext.read_plan import (
     INITIAL_MARK,
@@ -44,8 +43,8 @@ from spark_ext.read_plan import (
     subscribed_topics,
 )
 from txlog import checksums
-from txlog.batch_codec import decode_parquet
-from txlog.errors import CorruptObjectError, ObjectNotFoundError, OffsetOutOfRangeError
+from txlog.batch_rows import BatchRows
+from txlog.errors import CorruptObjectError
 from txlog.partition_state import READ_UNCOMMITTED, PartitionState
 from txlog.records import TopicPartition, offset_range, with_kafka_columns
 
@@ -53,12 +52,15 @@ if TYPE_CHECKING:
     from txlog.log import Log
     from txlog.storage import ObjectStore
 
-log = logging.getLogger(__name__)
-
 #: Output batches smaller than this many rows are merged before they go to the JVM.
 TARGET_BATCH_ROWS = 64 * 1024
-TARGET_BATCH_BYTES = 32 * 1024 * 1024
-PREFETCH = 8
+#: Output batches are cut before they pass this many bytes (merging small pieces
+#: copies them: this bounds the copy as well as the batch).
+TARGET_BATCH_BYTES = 8 * 1024 * 1024
+#: Decoded bytes of a piece of an object (a row group, or part of a large one).
+PIECE_BYTES = TARGET_BATCH_BYTES
+#: Objects, and bytes of them, fetched ahead of the one a task decodes (remote stores).
+PREFETCH = PREFETCH_OBJECTS
 
 
 class TxlogInputPartition(InputPartition):
@@ -79,60 +81,37 @@ def make_partitions(groups: list[list[FileSlice]]) -> list[InputPartition]:
 # --- reading slices --------------------------------------------------------------------------
 
 
-def _fetch_all(store: ObjectStore, slices: list[FileSlice], fail_on_data_loss: bool,
-               ) -> Iterator[tuple[FileSlice, bytes | None]]:
-    """The bytes of each slice's object, in order, prefetched in parallel on remote stores."""
-
-    def get(s: FileSlice) -> bytes | None:
-        try:
-            return store.get(s.key)
-        except (ObjectNotFoundError, KeyError):
-            if fail_on_data_loss:
-                raise OffsetOutOfRangeError(
-                    f"batch object {s.key} of {s.topic}-{s.partition} (offsets "
-                    f"{s.start}..{s.stop - 1}) is gone: retention or compaction deleted it "
-                    "after the read was planned. Re-run the query, or set "
-                    "failOnDataLoss=false to skip missing data.") from None
-            log.warning("skipping missing batch object %s (failOnDataLoss=false)", s.key)
-            return None
-
-    if store.local_requests or len(slices) < 2:
-        for s in slices:
-            yield s, get(s)
-        return
-    with ThreadPoolExecutor(max_workers=PREFETCH) as ex:
-        pending: list[tuple[FileSlice, Future[bytes | None]]] = []
-        it = iter(slices)
-        for s in it:
-            pending.append((s, ex.submit(get, s)))
-            if len(pending) >= PREFETCH:
-                break
-        while pending:
-            s, fut = pending.pop(0)
-            nxt = next(it, None)
-            if nxt is not None:
-                pending.append((nxt, ex.submit(get, nxt)))
-            yield s, fut.result()
-
-
 def _fit(col: Any, field: pa.Field) -> Any:
     return col if col.type == field.type else col.cast(field.type)
 
 
-def slice_table(raw: bytes, s: FileSlice, shape: OutputShape, target: pa.Schema) -> pa.Table:
-    """One slice's rows in the declared output schema."""
-    table = decode_parquet(checksums.verify(s.key, raw), s.key, shape.data_columns)
-    if s.skip + s.take > table.num_rows:
+def open_rows(raw: bytes, key: str, shape: OutputShape) -> BatchRows:
+    """A fetched object, its checksum verified, ready to be read a range at a time."""
+    return BatchRows(checksums.verify(key, raw), key, shape.data_columns,
+                     piece_bytes=PIECE_BYTES)
+
+
+def slice_pieces(rows: BatchRows, s: FileSlice, shape: OutputShape, target: pa.Schema,
+                 ) -> Iterator[pa.Table]:
+    """One slice's rows in the declared output schema, a decoded piece at a time."""
+    if s.skip + s.take > rows.num_rows:
         raise CorruptObjectError(
-            f"batch object {s.key} holds {table.num_rows} rows but the log says offsets "
+            f"batch object {s.key} holds {rows.num_rows} rows but the log says offsets "
             f"{s.start}..{s.stop - 1} are in it")
-    if s.skip or s.take != table.num_rows:
-        table = table.slice(s.skip, s.take)
+    at = s.start
+    for piece in rows.rows(s.skip, s.take):
+        yield output_table(piece, s, at, shape, target)
+        at += piece.num_rows
+
+
+def output_table(table: pa.Table, s: FileSlice, first_offset: int, shape: OutputShape,
+                 target: pa.Schema) -> pa.Table:
+    """Rows of slice ``s`` (the first at ``first_offset``) in the declared output schema."""
     n = table.num_rows
     cols: dict[str, Any] = {
         "topic": pa.repeat(pa.scalar(s.topic, pa.string()), n),
         "partition": pa.repeat(pa.scalar(s.partition, pa.int32()), n),
-        "offset": offset_range(s.start, n),
+        "offset": offset_range(first_offset, n),
     }
     if shape.kafka_shaped:
         table = with_kafka_columns(table, shape.data_columns)
@@ -158,21 +137,38 @@ def slice_table(raw: bytes, s: FileSlice, shape: OutputShape, target: pa.Schema)
 
 def read_slices(store: ObjectStore, slices: Sequence[tuple[Any, ...]], shape: OutputShape,
                 target: pa.Schema, fail_on_data_loss: bool) -> Iterator[pa.RecordBatch]:
-    """Arrow record batches of the slices, merged into batches of ~TARGET_BATCH_ROWS."""
+    """Arrow record batches of the slices: small pieces (fewer than TARGET_BATCH_ROWS
+    rows and half TARGET_BATCH_BYTES) merged, none past ~TARGET_BATCH_BYTES.  Each
+    object is fetched once for the consecutive slices in it (the runs of a compacted
+    segment) and decoded a row group at a time."""
     pending: list[pa.Table] = []
     rows = nbytes = 0
-    for s, raw in _fetch_all(store, [FileSlice(*t) for t in slices], fail_on_data_loss):
+    reads = object_reads([FileSlice(*t) for t in slices])
+    for r, raw in fetch_objects(store, reads, fail_on_data_loss=fail_on_data_loss,
+                                max_objects=PREFETCH, max_bytes=PREFETCH_BYTES):
         if raw is None:
             continue
-        t = slice_table(raw, s, shape, target)
-        if not t.num_rows:
-            continue
-        pending.append(t)
-        rows += t.num_rows
-        nbytes += t.nbytes
-        if rows >= TARGET_BATCH_ROWS or nbytes >= TARGET_BATCH_BYTES:
-            yield from _flush(pending)
-            pending, rows, nbytes = [], 0, 0
+        obj = open_rows(raw, r.key, shape)
+        del raw
+        for s in r.slices:
+            for t in slice_pieces(obj, s, shape, target):
+                if t.num_rows >= TARGET_BATCH_ROWS or t.nbytes >= TARGET_BATCH_BYTES // 2:
+                    # Large enough alone: handed on as decoded, without a merging copy.
+                    if pending:
+                        yield from _flush(pending)
+                        pending, rows, nbytes = [], 0, 0
+                    yield from t.to_batches()
+                    continue
+                if pending and nbytes + t.nbytes > TARGET_BATCH_BYTES:
+                    yield from _flush(pending)
+                    pending, rows, nbytes = [], 0, 0
+                pending.append(t)
+                rows += t.num_rows
+                nbytes += t.nbytes
+                if rows >= TARGET_BATCH_ROWS or nbytes >= TARGET_BATCH_BYTES:
+                    yield from _flush(pending)
+                    pending, rows, nbytes = [], 0, 0
+        del obj
     if pending:
         yield from _flush(pending)
 

@@ -13,6 +13,7 @@ from txlog import arrow_memory
 from txlog.declared_size import (
     DEFAULT_FETCH_MAX_BYTES,
     MAX_DECODED_RATIO,
+    ExpansionBound,
     check_declared_size,
     decoded_limit,
     decoded_size,
@@ -59,24 +60,7 @@ def row_group_rows(table: pa.Table) -> int:
 
 def decode_parquet(raw: bytes, where: str, columns: Sequence[str] | None = None, *,
                    fetch_max_bytes: int = DEFAULT_FETCH_MAX_BYTES) -> pa.Table:
-    # ParquetFile, not read_table: read_table builds a dataset per call, which doubled
-    # the time to decode a batch object.
-    try:
-        # The object is in memory already: nothing to read ahead.
-        pf = pq.ParquetFile(pa.BufferReader(raw), pre_buffer=False)
-        bound = parquet_expansion_bound(raw, pf.metadata, pf.schema)
-    except Exception as exc:  # pyarrow raises several types for damaged input
-        raise CorruptObjectError(
-            f"batch object {where} cannot be read as Parquet ({type(exc).__name__}: {exc}); "
-            "it is truncated or corrupt"
-        ) from None
-    # Before decoding: the footer's and pages' sizes say what decompression would allocate.
-    check_declared_size(bound.declared, len(raw), where, fetch_max_bytes=fetch_max_bytes)
-    limit = decoded_limit(len(raw), fetch_max_bytes)
-    # Run-length and dictionary encoding expand past what the pages declare: the values
-    # alone, or (below) the dictionaries' entries, must fit the same limit.
-    check_declared_size(bound.fixed, len(raw), where, fetch_max_bytes=fetch_max_bytes,
-                        what="batch object (its values)")
+    pf, bound, limit = open_parquet(raw, where, fetch_max_bytes=fetch_max_bytes)
     cols = list(columns) if columns else None
     try:
         # One thread: the columns of one object are small, and decoding them on Arrow's
@@ -87,10 +71,46 @@ def decode_parquet(raw: bytes, where: str, columns: Sequence[str] | None = None,
     except RecordTooLargeError:
         raise
     except Exception as exc:  # pyarrow raises several types for damaged input
-        raise CorruptObjectError(
-            f"batch object {where} cannot be read as Parquet ({type(exc).__name__}: {exc}); "
-            "it is truncated or corrupt"
-        ) from None
+        raise corrupt(where, exc) from None
+
+
+def corrupt(where: str, exc: Exception) -> CorruptObjectError:
+    """The error for a batch object pyarrow could not parse or decode."""
+    return CorruptObjectError(
+        f"batch object {where} cannot be read as Parquet ({type(exc).__name__}: {exc}); "
+        "it is truncated or corrupt")
+
+
+def open_parquet(raw: bytes, where: str, *, fetch_max_bytes: int = DEFAULT_FETCH_MAX_BYTES,
+                 ) -> tuple[pq.ParquetFile, ExpansionBound, int]:
+    """``raw`` opened as Parquet (its footer parsed, nothing decoded), what its metadata
+    bounds its decoded size by, and the most it may decode into; an object whose pages or
+    values declare more than that is refused here."""
+    # ParquetFile, not read_table: read_table builds a dataset per call, which doubled
+    # the time to decode a batch object.
+    try:
+        # The object is in memory already: nothing to read ahead.
+        pf = pq.ParquetFile(pa.BufferReader(raw), pre_buffer=False)
+        bound = parquet_expansion_bound(raw, pf.metadata, pf.schema)
+    except Exception as exc:  # pyarrow raises several types for damaged input
+        raise corrupt(where, exc) from None
+    # Before decoding: the footer's and pages' sizes say what decompression would allocate.
+    check_declared_size(bound.declared, len(raw), where, fetch_max_bytes=fetch_max_bytes)
+    limit = decoded_limit(len(raw), fetch_max_bytes)
+    # Run-length and dictionary encoding expand past what the pages declare: the values
+    # alone, or (below) the dictionaries' entries, must fit the same limit.
+    check_declared_size(bound.fixed, len(raw), where, fetch_max_bytes=fetch_max_bytes,
+                        what="batch object (its values)")
+    return pf, bound, limit
+
+
+def too_large(where: str, size: int, stored: int) -> RecordTooLargeError:
+    """The error for an object whose dictionaries expand past what it may decode into."""
+    return RecordTooLargeError(
+        f"batch object {where} expands into more than {size} bytes decoded from "
+        f"{stored} stored (its dictionary entries repeated), more than "
+        f"fetch.max.bytes and {MAX_DECODED_RATIO} times its size; txlog does not "
+        "decode it (raise fetch.max.bytes if it is genuine)")
 
 
 def _read_expanding(raw: bytes, pf: pq.ParquetFile, dictionary_columns: Sequence[str],
@@ -108,11 +128,7 @@ def _read_expanding(raw: bytes, pf: pq.ParquetFile, dictionary_columns: Sequence
             compact.read_row_group(i, columns=columns, use_threads=False)
         size += decoded_size(part)
         if size > limit:
-            raise RecordTooLargeError(
-                f"batch object {where} expands into more than {size} bytes decoded from "
-                f"{len(raw)} stored (its dictionary entries repeated), more than "
-                f"fetch.max.bytes and {MAX_DECODED_RATIO} times its size; txlog does not "
-                "decode it (raise fetch.max.bytes if it is genuine)")
+            raise too_large(where, size, len(raw))
         parts.append(part)
     plain = pf.schema_arrow
     if not parts:

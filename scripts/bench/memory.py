@@ -14,6 +14,11 @@ allocator (Python's, glibc's, Arrow's) and every thread.  The sides:
 * ``pyarrow_write`` / ``pyarrow_read``: the same records, in tables of 1 MiB, written
   with ``pyarrow.parquet.ParquetWriter`` into files of 4 MiB (a txlog object's size
   behind a backlog), and read back with ``ParquetFile.iter_batches``;
+* ``source_read``: after the reads, ``txlog maintain`` compacts the partition into
+  segments of ``segment.bytes`` (128 MiB, its default; in a process of its own, not
+  measured), and one process reads them back as the tasks of a Spark read through
+  txlog's Python data source do (``spark_ext.reader.read_slices`` over each input
+  partition of the plan, one after another), without Spark around it;
 * ``floor``: the interpreter with txlog and pyarrow imported and nothing done, which
   every other side pays too.
 
@@ -60,7 +65,8 @@ import common as C  # noqa: E402
 GOAL_MB = 150.0
 RECORD = 1024
 BUFFER_MEMORY = 32 * 1024 * 1024
-SIDES = ("produce", "pyarrow_write", "poll", "poll_arrow", "pyarrow_read", "floor")
+SIDES = ("produce", "pyarrow_write", "poll", "poll_arrow", "pyarrow_read", "source_read",
+         "floor")
 
 
 # -- the child processes --------------------------------------------------------------------
@@ -151,6 +157,38 @@ def child(side: str, root: str, mb: int) -> dict[str, Any]:
         if writer is not None:
             writer.close()
         out.update(records=n, files=files)
+    elif side == "compact":
+        from txlog.maintenance import maintain
+
+        log = txlog.connect(root, {"fsync": False})
+        segments = 0
+        while True:
+            report = maintain(log, ["m"])
+            if report.failures:
+                raise RuntimeError(f"txlog maintain failed: {report.failures}")
+            segments += sum(p.segments_written for p in report.partitions)
+            if not sum(p.compacted_batches for p in report.partitions):
+                break
+        out.update(segments=segments)
+    elif side == "source_read":
+        from spark_ext.options import parse_read_options
+        from spark_ext.read_plan import plan_batch
+        from spark_ext.reader import arrow_target, read_slices
+
+        ro = parse_read_options({"path": root, "topic": "m"}, streaming=False)
+        plan = plan_batch(ro)
+        store = ro.connect(cached=True).store
+        target = arrow_target(plan.shape.schema_json)
+        got = largest = tasks = 0
+        for group in plan.groups(ro):
+            tasks += 1
+            for b in read_slices(store, group, plan.shape, target, True):
+                got += b.num_rows
+                largest = max(largest, b.nbytes)
+        sizes = {s.key: s.object_bytes for s in plan.slices}
+        out.update(records=got, tasks=tasks, objects=len(sizes),
+                   largest_object_bytes=max(sizes.values(), default=0),
+                   largest_batch_bytes=largest)
     elif side == "pyarrow_read":
         got = 0
         for name in sorted(os.listdir(root)):
@@ -215,8 +253,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             if r % 2:
                 order.reverse()
                 reads.reverse()
-            for side, root in [*order, *reads, ("floor", tx)]:
+            # Compaction rewrites the topic the reads above read: it comes after them.
+            for side, root in [*order, *reads, ("compact", tx), ("source_read", tx),
+                               ("floor", tx)]:
                 res = run_side(side, root, mb, with_pandas=args.with_pandas)
+                if side == "compact":
+                    C.progress(f"round {r + 1}/{rounds} compact: {res['segments']} "
+                               f"segments, {res['seconds']:.1f} s")
+                    continue
                 C.progress(f"round {r + 1}/{rounds} {side}: peak {res['peak_mb']:.1f} MB, "
                            f"{res['seconds']:.1f} s")
                 peaks[side].append(res["peak_mb"])
@@ -226,7 +270,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     finally:
         shutil.rmtree(base, ignore_errors=True)
     n = mb * 1024
-    for side in ("produce", "poll", "poll_arrow", "pyarrow_write", "pyarrow_read"):
+    for side in ("produce", "poll", "poll_arrow", "pyarrow_write", "pyarrow_read",
+                 "source_read"):
         if last[side].get("records") != n:
             raise RuntimeError(f"{side} moved {last[side].get('records')} records, not {n}")
     med = {s: C.median(v) for s, v in peaks.items()}
@@ -234,7 +279,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     largest = max(last["poll"]["largest_poll_bytes"], last["poll_arrow"]["largest_poll_bytes"])
     ratios = {"produce_vs_pyarrow_write": C.ratio(med["produce"], med["pyarrow_write"]),
               "poll_vs_pyarrow_read": C.ratio(med["poll"], med["pyarrow_read"]),
-              "poll_arrow_vs_pyarrow_read": C.ratio(med["poll_arrow"], med["pyarrow_read"])}
+              "poll_arrow_vs_pyarrow_read": C.ratio(med["poll_arrow"], med["pyarrow_read"]),
+              "source_read_vs_pyarrow_read": C.ratio(med["source_read"], med["pyarrow_read"])}
     C.print_table(f"peak RSS, MB ({mb} MiB through each side; median of {rounds})",
                   ["side", "peak MB", "above floor", "rounds"],
                   [[s, med[s], med[s] - floor, " ".join(f"{v:.0f}" for v in peaks[s])]
@@ -252,6 +298,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
          "store": "local", "measured": [ratios["produce_vs_pyarrow_write"],
                                         ratios["poll_vs_pyarrow_read"]],
          "target": None, "pass": None},
+        {"name": f"(info) Python data source tasks reading the partition compacted into "
+                 f"segments of up to {last['source_read']['largest_object_bytes'] >> 20} MiB, "
+                 "peak RSS (MB)", "store": "local", "measured": med["source_read"],
+         "target": None, "pass": None},
         {"name": "(info) interpreter with txlog and pyarrow imported (MB)", "store": "local",
          "measured": floor, "target": None, "pass": None},
     ]
@@ -259,6 +309,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                        ratios=C.clean(ratios), peaks_mb=C.clean(peaks),
                        median_peak_mb=C.clean(med),
                        largest_poll_bytes=largest,
+                       source_read={k: last["source_read"][k] for k in (
+                           "tasks", "objects", "largest_object_bytes",
+                           "largest_batch_bytes", "seconds")},
                        worst_buffered_bytes=last["produce"]["worst_buffered_bytes"],
                        with_pandas=args.with_pandas)
 

@@ -22,9 +22,10 @@ against these readers:
 
 ``--compact`` then compacts the topics (``txlog maintain``: each partition's batches
 merged into a segment, the aborted ones dropped; passes repeated until none compacts
-more) and times ``txlog`` on them against the same baseline, interleaved with it again:
-rows ``txlog (compacted)`` and ratios ``txlog_compacted_vs_parquet_*``, for information
-(the goals are the uncompacted topics').
+more) and times ``txlog`` (and, locally on ``all``, ``txlog_python``) on them against the
+same baseline, interleaved with it again: rows ``txlog (compacted)`` and ratios
+``txlog_compacted_vs_parquet_*`` (``txlog_python_compacted_vs_parquet_*``), for
+information (the goals are the uncompacted topics').
 
 Goals: ``txlog`` at least 1.0 of ``parquet`` on ``2col`` and 0.9 on ``all``.  Ratios are
 medians of per-round ratios (runs made back to back).  Prints rows/s, the ratios, and
@@ -298,6 +299,11 @@ def measure(spark: Any, target: C.Target, topics: dict[int, dict[str, Any]], rou
                         C.progress(f"{target.name} round {r + 1}/{rounds} {pct}% {query} "
                                    f"{name}{phase}: {t.elapsed:.2f}s")
 
+    def compacted_runs(query: str) -> list[str]:
+        # The Python source reads a segment's runs from one fetch of it, a row group at a
+        # time: timed on all columns, as above (local only).
+        return ["txlog", "parquet", *(["txlog_python"] if query == "all" and not s3 else [])]
+
     timed_rounds(runs)
     compaction = None
     if compact:
@@ -307,7 +313,10 @@ def measure(spark: Any, target: C.Target, topics: dict[int, dict[str, Any]], rou
             assert two_columns(readers["txlog"](pct)) == want, pct
             assert segments_read(topics[pct], target.storage_options) == PARTITIONS, pct
             all_columns(readers["txlog"](pct))
-        timed_rounds(lambda query: ["txlog", "parquet"], "_compacted")
+            if not s3:
+                assert readers["txlog_python"](pct).count() == want[0], pct
+                all_columns(readers["txlog_python"](pct))
+        timed_rounds(compacted_runs, "_compacted")
 
     rows = []
     goals = []
@@ -338,19 +347,21 @@ def measure(spark: Any, target: C.Target, topics: dict[int, dict[str, Any]], rou
                                   f"{base}, {pct}% aborted",
                           "store": target.name, "measured": got, "target": target_ratio,
                           "cmp": ">=", "pass": bool(got >= target_ratio)})
-            if compact:
-                key = (pct, query, "txlog_compacted")
+            for name in compacted_runs(query) if compact else []:
+                if name == "parquet":
+                    continue
+                key = (pct, query, f"{name}_compacted")
                 speed = C.paired_ratio(times[(pct, query, "parquet_compacted")], times[key])
                 cpu = C.paired_ratio(cpus[(pct, query, "parquet_compacted")], cpus[key])
                 sec = C.median(times[key])
-                res[f"{query}_txlog_compacted"] = {
+                res[f"{query}_{name}_compacted"] = {
                     "seconds": sec, "all_seconds": times[key],
                     "cpu_seconds": C.median(cpus[key]), "vs_parquet": speed,
                     "cpu_vs_parquet": cpu}
-                ratios[f"txlog_compacted_vs_parquet_{query}_{pct}pct{suffix}"] = speed
-                rows.append([f"{pct}%", query, "txlog (compacted)", sec,
+                ratios[f"{name}_compacted_vs_parquet_{query}_{pct}pct{suffix}"] = speed
+                rows.append([f"{pct}%", query, f"{name} (compacted)", sec,
                              info["committed"] / sec, speed, C.median(cpus[key]), cpu])
-                goals.append({"name": f"(info) format('txlog') {label} of the topic "
+                goals.append({"name": f"(info) format('{name}') {label} of the topic "
                                       f"compacted by txlog maintain vs {base}, {pct}% aborted",
                               "store": target.name, "measured": speed, "target": None,
                               "cmp": "info", "pass": None})

@@ -12,6 +12,7 @@ import random
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 
 import txlog
@@ -214,3 +215,47 @@ def test_the_jvm_scan_reports_the_bytes_and_records_it_read(
     assert records == len(want)
     assert nbytes > 0
     assert nbytes == expected_bytes
+
+
+@pytest.fixture
+def grouped_lake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[str, list[Row]]:
+    """As ``lake``, with segments written in row groups of a few records each."""
+    from txlog import batch_codec
+
+    seed = 3208
+    print(f"seed={seed}")
+    rng = random.Random(seed)
+    url = str(tmp_path / "lake")
+    write(url, rng, 24)
+    before = consume(url)
+    with monkeypatch.context() as m:
+        m.setattr(batch_codec, "ROW_GROUP_BYTES", 200)
+        assert compact(url) == 2
+    assert consume(url) == before
+    segments = [f for f in (tmp_path / "lake").rglob("seg-*.parquet")]
+    assert len(segments) == 2
+    assert all(pq.ParquetFile(f).metadata.num_row_groups >= 4 for f in segments)
+    write(url, rng, 6)
+    return url, consume(url)
+
+
+def test_segments_of_many_row_groups_read_alike_through_both_paths(
+        spark: Any, grouped_lake: tuple[str, list[Row]]) -> None:
+    """The Python data source decodes a segment's row groups one at a time, only those
+    its runs need: its rows are the JVM scan's, for whole reads, ranges that start and
+    end inside runs and row groups, and runs split over several input partitions."""
+    url, want = grouped_lake
+    assert "txlog JVM scan" in executed(load(spark, "txlog", url))
+    assert "txlog JVM scan" not in executed(load(spark, "txlog_python", url))
+    cases: list[dict[str, str]] = [{}, {"minPartitions": "3"}, {"minPartitions": "7"}]
+    for start, end in ((2, 11), (5, 30), (13, 14)):
+        cases.append({"startingOffsets": json.dumps({TOPIC: {"0": start, "1": start}}),
+                      "endingOffsets": json.dumps({TOPIC: {"0": end, "1": end}}),
+                      "minPartitions": "3"})
+    for options in cases:
+        jvm = spark_rows(load(spark, "txlog", url, **options))
+        python = spark_rows(load(spark, "txlog_python", url, **options))
+        assert python == jvm, options
+        if "startingOffsets" not in options:
+            assert python == want
+        assert load(spark, "txlog_python", url, **options).count() == len(jvm)

@@ -1,0 +1,152 @@
+"""A batch object's rows read a range at a time, decoding only the row groups a range
+needs, in pieces of a bounded size.
+
+A reader that wants a few runs of a large compacted segment should not hold the whole
+segment decoded: :class:`BatchRows` decodes one row group at a time (and a large row
+group a piece at a time), and ranges asked for in increasing order share one pass over
+the object, so the runs of a segment read one after another decode each row group once.
+The object's stored bytes are held whole (their checksum covers all of them); the
+checks of :func:`txlog.batch_codec.open_parquet` hold as for a whole decode.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterator, Sequence
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from txlog.batch_codec import corrupt, open_parquet, too_large
+from txlog.declared_size import DEFAULT_FETCH_MAX_BYTES, decoded_size
+from txlog.errors import CorruptObjectError, RecordTooLargeError
+
+
+class BatchRows:
+    """The rows of one batch object (``raw``, already verified), read by :meth:`rows`."""
+
+    def __init__(self, raw: bytes, where: str, columns: Sequence[str] | None, *,
+                 piece_bytes: int, fetch_max_bytes: int = DEFAULT_FETCH_MAX_BYTES) -> None:
+        pf, bound, limit = open_parquet(raw, where, fetch_max_bytes=fetch_max_bytes)
+        self._where = where
+        self._stored = len(raw)
+        self._columns = list(columns) if columns else None
+        self._piece_bytes = max(1, piece_bytes)
+        # Dictionaries that could expand past the limit are decoded as dictionaries, and
+        # measured as they would expand, before each piece is expanded.
+        self._limit = limit if bound.potential > limit else None
+        if self._limit is not None:
+            pf = pq.ParquetFile(pa.BufferReader(raw), metadata=pf.metadata, pre_buffer=False,
+                                read_dictionary=list(bound.dictionary_columns))
+        self._pf = pf
+        meta = pf.metadata
+        try:
+            self._rows = [int(meta.row_group(i).num_rows) for i in range(meta.num_row_groups)]
+            self._bytes = [int(meta.row_group(i).total_byte_size)
+                           for i in range(meta.num_row_groups)]
+            plain = pf.schema_arrow
+        except Exception as exc:  # pyarrow raises several types for damaged input
+            raise corrupt(where, exc) from None
+        if any(n < 0 for n in self._rows):
+            raise CorruptObjectError(f"batch object {where} declares a negative row count")
+        self._plain = plain
+        self._starts = [0]
+        for n in self._rows:
+            self._starts.append(self._starts[-1] + n)
+        self._expanded = 0
+        # The cursor: the row group being read, its pieces still to come, and the last
+        # piece decoded (a range may end inside it and the next one start there).
+        self._group = -1
+        self._pieces: Iterator[pa.RecordBatch] | None = None
+        self._at = 0  # the row the next piece of the group starts at
+        self._held: tuple[int, pa.Table] | None = None
+
+    @property
+    def num_rows(self) -> int:
+        """The rows the object's footer declares."""
+        return self._starts[-1]
+
+    @property
+    def row_groups(self) -> int:
+        return len(self._rows)
+
+    def rows(self, skip: int, take: int) -> Iterator[pa.Table]:
+        """Rows ``[skip, skip + take)`` in pieces of about ``piece_bytes`` decoded bytes
+        each (a row too large for one is a piece of its own), in order."""
+        end = skip + take
+        if take <= 0:
+            return
+        if skip < 0 or end > self.num_rows:
+            raise ValueError(f"rows {skip}..{end - 1} are not in {self._where} "
+                             f"({self.num_rows} rows)")
+        at = skip
+        while at < end:
+            first, piece = self._piece_at(at)
+            stop = first + piece.num_rows
+            lo, hi = at - first, min(end, stop) - first
+            yield piece if lo == 0 and hi == piece.num_rows else piece.slice(lo, hi - lo)
+            at = first + hi
+
+    def _piece_at(self, row: int) -> tuple[int, pa.Table]:
+        """The decoded piece holding ``row``, decoding on from the cursor when ``row`` is
+        ahead of it in the same row group, else from the start of ``row``'s row group."""
+        held = self._held
+        if held is not None and held[0] <= row < held[0] + held[1].num_rows:
+            return held
+        group = bisect.bisect_right(self._starts, row) - 1
+        while self._rows[group] == 0:  # (empty row groups hold no row)
+            group += 1
+        if group != self._group or row < self._at:
+            self._open(group)
+        while True:
+            first = self._at
+            piece = self._next_piece()
+            self._held = (first, piece)
+            if row < first + piece.num_rows:
+                return self._held
+
+    def _open(self, group: int) -> None:
+        self._group = group
+        self._at = self._starts[group]
+        self._held = None
+        n, size = self._rows[group], self._bytes[group]
+        # Rows per piece from the row group's declared decoded size (the declared sizes
+        # were checked against the object's when it was opened).
+        per_piece = n if size <= self._piece_bytes else max(1, n * self._piece_bytes // size)
+        try:
+            self._pieces = self._pf.iter_batches(batch_size=per_piece, row_groups=[group],
+                                                 columns=self._columns, use_threads=False)
+        except Exception as exc:  # pyarrow raises several types for damaged input
+            raise corrupt(self._where, exc) from None
+
+    def _next_piece(self) -> pa.Table:
+        end = self._starts[self._group + 1]
+        try:
+            assert self._pieces is not None
+            batch = next(self._pieces, None)
+            n = 0 if batch is None else batch.num_rows
+            if batch is None or not n or self._at + n > end:
+                got = self._at - self._starts[self._group] + n
+                raise CorruptObjectError(
+                    f"batch object {self._where}: row group {self._group} decodes into "
+                    f"{'more than ' if n else ''}{got} rows, its footer says "
+                    f"{self._rows[self._group]}; it is truncated or corrupt")
+            table = pa.Table.from_batches([batch])
+            if self._limit is not None:
+                table = self._expand(table)
+        except (CorruptObjectError, RecordTooLargeError):
+            raise
+        except Exception as exc:  # pyarrow raises several types for damaged input
+            raise corrupt(self._where, exc) from None
+        self._at += table.num_rows
+        return table
+
+    def _expand(self, table: pa.Table) -> pa.Table:
+        """A piece read with dictionaries, expanded if the object's decoded size so far
+        stays within its limit."""
+        assert self._limit is not None
+        self._expanded += decoded_size(table)
+        if self._expanded > self._limit:
+            raise too_large(self._where, self._expanded, self._stored)
+        schema = pa.schema([self._plain.field(n) for n in table.column_names])
+        return table.cast(schema)
