@@ -636,6 +636,11 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
     }
 
     @Override
+    public org.apache.spark.sql.connector.metric.CustomTaskMetric[] currentMetricsValues() {
+        return DecoderMetrics.values(decodedDirectly, decodedByParquet);
+    }
+
+    @Override
     public ColumnarBatch get() {
         return current;
     }
