@@ -29,8 +29,9 @@ final class DirectObject {
      * {@code parquet} (Spark's vectorized Parquet reader, for diagnosis). */
     static final String DECODER = "txlog.scan.decoder";
 
-    /** Objects with more rows than this are left to Spark's reader: this decoder holds a
-     * few arrays of every row of the object at once. */
+    /** Objects with more rows than this (or than MAX_RATIO rows per stored byte, beyond
+     * 64 Ki rows) are left to Spark's reader: this decoder holds a few arrays of every row
+     * of the object at once, and a footer's row count costs nothing to inflate. */
     static final long MAX_ROWS = 1L << 22;
     /** The most bytes an object's pages may decompress into: that of txlog's Python reader
      * (fetch.max.bytes's default, or 64 times the object's size). */
@@ -86,7 +87,7 @@ final class DirectObject {
         if (footer.encrypted) {
             throw new Unsupported("an encrypted object");
         }
-        if (footer.rows > MAX_ROWS) {
+        if (footer.rows > Math.min(MAX_ROWS, Math.max(1 << 16, MAX_RATIO * data.length))) {
             throw new Unsupported(footer.rows + " rows");
         }
         Map<String, Leaf> leaves = kafkaLeaves(footer.schema);

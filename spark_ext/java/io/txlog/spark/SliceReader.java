@@ -390,31 +390,24 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
                     ReadMetrics.add(fsys, bytes.length);  // Spark's bytes read see them
                 }
                 whole = new ObjectBytes(bytes);
+                if (directSchema != null) {
+                    DirectObject d = decodeDirectly(path, conf, declared, whole);
+                    if (d != null) {
+                        return new Opened(path, d);
+                    }
+                }
                 in = whole;
             } else {
                 in = status != null ? HadoopInputFile.fromStatus(status, conf)
                     : HadoopInputFile.fromPath(path, conf);
             }
             stream = in.newStream();
-        } catch (FileNotFoundException e) {
+        } catch (FileNotFoundException | DecodeFailure e) {
             throw e;
         } catch (EOFException e) {  // shorter than declared
             throw openFailure(path, conf, declared, null, e);
         } catch (IOException | RuntimeException e) {
             throw unreadable(e);
-        }
-        if (whole != null && directSchema != null) {
-            DirectObject d;
-            try {
-                d = decodeDirectly(path, conf, declared, whole);
-            } catch (IOException | RuntimeException e) {
-                stream.close();
-                throw e;
-            }
-            if (d != null) {
-                stream.close();
-                return new Opened(path, d);
-            }
         }
         try {
             ParquetMetadata footer = ParquetFileReader.readFooter(in, readOptions(path, conf),
@@ -434,14 +427,32 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
      * that fails its checksum, or whose stored sizes and counts do not hold, is an error. */
     private DirectObject decodeDirectly(Path path, Configuration conf, long declared,
                                         ObjectBytes whole) throws IOException {
-        whole.verify(part.paths[slice]);
         try {
+            whole.verify(part.paths[slice]);
             return DirectObject.decode(whole.bytes(), directSchema);
         } catch (PageDecoder.Unsupported e) {
             LOG.debug("txlog: {} is read by Spark's Parquet reader: {}", path, e.getMessage());
             return null;
-        } catch (CompactReader.Damaged | RuntimeException e) {
-            throw openFailure(path, conf, declared, whole, e);
+        } catch (IOException | CompactReader.Damaged | RuntimeException e) {
+            // As Spark's reader's failures are said: another size first, then the checksum.
+            IOException failure;
+            try {
+                failure = openFailure(path, conf, declared, whole, e);
+            } catch (FileNotFoundException gone) {  // gone meanwhile
+                throw gone;
+            } catch (IOException checksum) {
+                failure = checksum;
+            }
+            throw new DecodeFailure(failure);
+        }
+    }
+
+    /** A failure of txlog's decoder, already said as the scan says it (not wrapped again). */
+    private static final class DecodeFailure extends IOException {
+        private static final long serialVersionUID = 1L;
+
+        DecodeFailure(IOException e) {
+            super(e.getMessage(), e);
         }
     }
 
