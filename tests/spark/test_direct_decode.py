@@ -141,3 +141,31 @@ def test_a_wrong_decoder_setting_is_refused(spark: Any, tmp_path: Path, decoder:
     decoder("arrow")
     with pytest.raises(Exception, match=r"txlog\.scan\.decoder is 'arrow'"):
         read(spark, url).collect()
+
+
+def test_objects_of_the_jvm_writer_read_alike(spark: Any, tmp_path: Path, decoder: Any) -> None:
+    """Objects written by the JVM writer (parquet-mr through Spark: no dictionaries,
+    millisecond timestamps, nulls and empty keys) are decoded directly, and read as Spark's
+    Parquet reader and the consumer read them."""
+    import spark_ext
+
+    url = str(tmp_path / "lake")
+    txlog.connect(url).create_topic("d", partitions=3)
+    df = spark.range(0, 5000, numPartitions=2).selectExpr(
+        "CASE WHEN id % 10 = 3 THEN NULL WHEN id % 10 = 7 THEN '' "
+        "ELSE concat('user-', id % 37) END AS key",
+        "CASE WHEN id % 13 = 5 THEN NULL ELSE repeat(concat('v', id), int(id % 9)) END "
+        "AS value",
+        "CASE WHEN id % 4 = 0 THEN NULL "
+        "ELSE timestamp_millis(1700000000000 + id * 7) END AS timestamp")
+    spark_ext.write(df, url, topic="d", engine="jvm")
+    want = consume(url, ["d"])
+    assert len(want) == 5000
+    for name in ("txlog", "parquet"):
+        decoder(name)
+        got = read(spark, url)
+        assert spark_rows(got) == want, name
+        got.collect()
+        direct, parquet = decoded_by(got)
+        assert direct + parquet > 0 and (parquet == 0 if name == "txlog" else direct == 0), \
+            (name, direct, parquet)
