@@ -38,6 +38,12 @@ class DirectDecodeTest {
             + " optional group headers (LIST) { repeated group list {"
             + " optional group element { required binary key (STRING); optional binary value; }"
             + " } } optional int64 timestamp (TIMESTAMP(MILLIS,true)); }");
+    /** The same with a string key, as a writer of string keys writes them. */
+    private static final MessageType KAFKA_STRING_KEY = MessageTypeParser.parseMessageType(
+        "message spark_schema { optional binary key (STRING); optional binary value;"
+            + " optional group headers (LIST) { repeated group list {"
+            + " optional group element { required binary key (STRING); optional binary value; }"
+            + " } } optional int64 timestamp (TIMESTAMP(MILLIS,true)); }");
     private static final StructType HEADER = new StructType()
         .add("key", DataTypes.StringType, false).add("value", DataTypes.BinaryType);
     private static final StructType READ = new StructType()
@@ -62,6 +68,7 @@ class DirectDecodeTest {
         double nullTimestamps;
         double withHeaders;
         int distinctKeys = 50;
+        MessageType schema = KAFKA;
     }
 
     /** Writes {@code rows} random records; adds the rows the object must read as to want
@@ -69,9 +76,9 @@ class DirectDecodeTest {
     private String[] object(String name, int rows, Shape s, Random rng, long base, int skip,
                             int take, List<String> want) throws IOException {
         Path path = new Path(dir.resolve(name + ".parquet").toUri());
-        SimpleGroupFactory groups = new SimpleGroupFactory(KAFKA);
+        SimpleGroupFactory groups = new SimpleGroupFactory(s.schema);
         try (ParquetWriter<Group> w = ExampleParquetWriter.builder(path)
-                 .withConf(new Configuration()).withType(KAFKA).withCompressionCodec(s.codec)
+                 .withConf(new Configuration()).withType(s.schema).withCompressionCodec(s.codec)
                  .withDictionaryEncoding(s.dictionary).withWriterVersion(s.version)
                  .withPageSize(s.pageSize).withRowGroupSize(s.rowGroupSize)
                  .withPageRowCountLimit(Math.max(1, s.pageSize / 16)).build()) {
@@ -192,6 +199,7 @@ class DirectDecodeTest {
         s.nullTimestamps = rng.nextInt(3) == 0 ? 0 : rng.nextDouble();
         s.withHeaders = rng.nextInt(4) == 0 ? rng.nextDouble() : 0;
         s.distinctKeys = rng.nextBoolean() ? 5 : 100_000;
+        s.schema = rng.nextInt(4) == 0 ? KAFKA_STRING_KEY : KAFKA;
         return s;
     }
 

@@ -135,9 +135,12 @@ final class DirectObject {
             }
             int def = e.repetition == ObjectFooter.OPTIONAL ? 1 : 0;
             boolean flat = e.children == 0 && e.repetition != ObjectFooter.REPEATED;
+            // Bytes, or strings (read as their bytes, as Spark reads them as binary).
             if ((e.name.equals("key") || e.name.equals("value")) && flat
-                && e.type == ObjectFooter.BYTE_ARRAY && e.converted < 0
-                && e.logical == ObjectFooter.LOGICAL_NONE) {
+                && e.type == ObjectFooter.BYTE_ARRAY
+                && (e.converted < 0 || e.converted == ObjectFooter.UTF8)
+                && (e.logical == ObjectFooter.LOGICAL_NONE
+                    || e.logical == ObjectFooter.LOGICAL_STRING)) {
                 out.put(e.name, new Leaf(e.name, e.type, def, 0));
                 at++;
             } else if (e.name.equals("timestamp") && flat && e.type == ObjectFooter.INT64
