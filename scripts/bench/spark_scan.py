@@ -18,7 +18,10 @@ against these readers:
 * ``batch_objects`` (diagnostic): ``spark.read.parquet`` of txlog's own committed batch
   objects, hard-linked into a plain dataset (four stored columns);
 * ``txlog_python`` (``all`` only): ``format("txlog_python")``, txlog's Python data source,
-  what ``format("txlog")`` is without the jar.
+  what ``format("txlog")`` is without the jar;
+* ``txlog_parquet_decoder`` (diagnostic): ``format("txlog")`` with its objects decoded by
+  Spark's vectorized Parquet reader (``txlog.scan.decoder=parquet``) instead of txlog's
+  own decoder.
 
 ``--compact`` then compacts the topics (``txlog maintain``: each partition's batches
 merged into a segment, the aborted ones dropped; passes repeated until none compacts
@@ -241,18 +244,21 @@ def measure(spark: Any, target: C.Target, topics: dict[int, dict[str, Any]], rou
         # Diagnostic: the scan reading its objects through Spark's shared S3A filesystem,
         # with its default input stream, instead of an S3A filesystem of its own.
         readers["txlog_shared_s3a"] = txlog_df
+    readers["txlog_parquet_decoder"] = txlog_df
     hadoop = spark.sparkContext._jsc.hadoopConfiguration()
 
     @contextlib.contextmanager
     def settings_of(name: str) -> Iterator[None]:
-        if name != "txlog_shared_s3a":
+        setting = {"txlog_shared_s3a": ("txlog.scan.s3a.stream.type", "shared"),
+                   "txlog_parquet_decoder": ("txlog.scan.decoder", "parquet")}.get(name)
+        if setting is None:
             yield
             return
-        hadoop.set("txlog.scan.s3a.stream.type", "shared")
+        hadoop.set(*setting)
         try:
             yield
         finally:
-            hadoop.unset("txlog.scan.s3a.stream.type")
+            hadoop.unset(setting[0])
 
     def two_columns(df: Any) -> tuple[Any, ...]:
         return tuple(df.selectExpr("count(*)", "sum(length(value))", "max(offset)")
@@ -264,7 +270,8 @@ def measure(spark: Any, target: C.Target, topics: dict[int, dict[str, Any]], rou
     def runs(query: str) -> list[str]:
         # txlog's batch objects have no offset column: they are timed on all columns only.
         names = ["txlog", "parquet"]
-        extra = [n for n in readers if n not in names and (query == "all" or "s3a" in n)]
+        extra = [n for n in readers if n not in names
+                 and (query == "all" or (n.startswith("txlog_") and n != "txlog_python"))]
         return [*names, *extra]
 
     # Warm-up (JIT, Python workers) and a check that txlog and the baseline agree.
@@ -273,7 +280,7 @@ def measure(spark: Any, target: C.Target, topics: dict[int, dict[str, Any]], rou
         assert want[0] == topics[pct]["committed"], (pct, want)
         for name in readers:
             with settings_of(name):
-                if name in ("txlog", "txlog_shared_s3a"):
+                if name.startswith("txlog") and name != "txlog_python":
                     assert two_columns(readers[name](pct)) == want, (name, pct)
                 assert readers[name](pct).count() == want[0], (name, pct)
                 all_columns(readers[name](pct))

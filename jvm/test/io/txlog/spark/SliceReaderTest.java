@@ -64,6 +64,13 @@ class SliceReaderTest {
         return reader(slices, batchSize, new Configuration());
     }
 
+    /** Objects read by Spark's Parquet reader (the tests of how it is set up and reused). */
+    private static Configuration parquetDecoder() {
+        Configuration conf = new Configuration();
+        conf.set(DirectObject.DECODER, "parquet");
+        return conf;
+    }
+
     private static SliceReader reader(List<String[]> slices, int batchSize, Configuration base) {
         StructType schema = new StructType()
             .add("value", DataTypes.BinaryType).add("offset", DataTypes.LongType);
@@ -92,7 +99,7 @@ class SliceReaderTest {
         List<String[]> slices = new ArrayList<>();
         slices.add(slice(write("big", rows), 0, 0, rows));
         int seen = 0;
-        try (SliceReader r = reader(slices, batchSize)) {
+        try (SliceReader r = reader(slices, batchSize, parquetDecoder())) {
             while (r.next()) {
                 ColumnarBatch b = r.get();
                 assertTrue(b.numRows() <= batchSize, "batch of " + b.numRows());
@@ -128,7 +135,7 @@ class SliceReaderTest {
         }
         List<String> values = new ArrayList<>();
         List<Long> offsets = new ArrayList<>();
-        try (SliceReader r = reader(slices, 128)) {
+        try (SliceReader r = reader(slices, 128, parquetDecoder())) {
             while (r.next()) {
                 ColumnarBatch b = r.get();
                 assertTrue(r.vectorCapacity() <= 128);
@@ -159,7 +166,7 @@ class SliceReaderTest {
             }
         }
         List<String> values = new ArrayList<>();
-        try (SliceReader r = reader(slices, 64)) {
+        try (SliceReader r = reader(slices, 64, parquetDecoder())) {
             while (r.next()) {
                 ColumnarBatch b = r.get();
                 for (int i = 0; i < b.numRows(); i++) {

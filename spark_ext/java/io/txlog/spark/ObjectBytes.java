@@ -46,6 +46,11 @@ final class ObjectBytes implements InputFile {
         }
     }
 
+    /** The object's bytes (not a copy). */
+    byte[] bytes() {
+        return data;
+    }
+
     @Override
     public long getLength() {
         return data.length;

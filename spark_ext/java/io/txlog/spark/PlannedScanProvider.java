@@ -191,6 +191,11 @@ public final class PlannedScanProvider implements TableProvider {
         }
 
         @Override
+        public org.apache.spark.sql.connector.metric.CustomMetric[] supportedCustomMetrics() {
+            return DecoderMetrics.supported();
+        }
+
+        @Override
         public InputPartition[] planInputPartitions() {
             return table.partitions.toArray(new InputPartition[0]);
         }

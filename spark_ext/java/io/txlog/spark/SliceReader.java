@@ -70,6 +70,14 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
     private ColumnarBatch current;
     private ObjectPrefetch prefetch;  // set up at the first object read whole; null: none
     private boolean prefetchChecked;
+    /** The stored columns' Spark schema where txlog's own decoder reads objects read whole
+     * (a Kafka-shaped topic's columns, not turned off), else null. */
+    private final org.apache.spark.sql.types.StructType directSchema;
+    private DirectObject direct;  // the current object, where txlog's decoder read it
+    private int directGroup;      // its row group that is the current batch
+    private boolean fileDrained;  // the file reader has returned every row of its object
+    private int decodedDirectly;
+    private int decodedByParquet;
 
     SliceReader(SlicePartition part, List<OutputColumn> columns, int batchSize,
                 boolean failOnDataLoss, Configuration conf) {
@@ -84,6 +92,25 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
             rows = Math.max(rows, part.skips[i] + part.takes[i]);
         }
         this.capacity = (int) Math.min(batchSize, rows);
+        String decoder = conf.get(DirectObject.DECODER, "txlog");
+        if (!decoder.equals("txlog") && !decoder.equals("parquet")) {
+            throw new IllegalArgumentException("txlog: " + DirectObject.DECODER + " is '"
+                + decoder + "'; set it to 'txlog' (txlog's own decoder, the default) or "
+                + "'parquet' (Spark's Parquet reader for every object)");
+        }
+        org.apache.spark.sql.types.StructType stored = OutputColumn.storedSchema(columns);
+        this.directSchema = decoder.equals("txlog") && DirectObject.handles(stored)
+            ? stored : null;
+    }
+
+    /** Objects whose rows txlog's own decoder read, and those Spark's Parquet reader read
+     * (for tests). */
+    int objectsDecodedDirectly() {
+        return decodedDirectly;
+    }
+
+    int objectsDecodedByParquet() {
+        return decodedByParquet;
     }
 
     /** How many Parquet readers were set up (objects not carried on to by the last). */
@@ -125,7 +152,8 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
             }
             // The runs of a compacted segment are consecutive slices of one object: read on
             // from the current batch instead of reopening it and decoding from row 0.
-            boolean readOn = file != null && part.paths[slice].equals(filePath) && pos >= batchStart;
+            boolean readOn = (file != null || direct != null)
+                && part.paths[slice].equals(filePath) && pos >= batchStart;
             if (!readOn) {
                 if (!openFile()) {
                     pos = end;  // gone, and failOnDataLoss=false: skipped, as format("txlog") does
@@ -145,8 +173,10 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
             }
         }
         int offset = (int) (pos - batchStart);
-        int rows = (int) Math.min(batchRows - offset, end - pos);
-        current = assemble(file.resultBatch(), offset, rows);
+        // A row group decoded by txlog's decoder may hold more rows than a batch.
+        int rows = (int) Math.min(Math.min(batchRows - offset, end - pos), batchSize);
+        current = assemble(direct != null ? direct.group(directGroup) : file.resultBatch(),
+                           offset, rows);
         pos += rows;
         return true;
     }
@@ -160,6 +190,13 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
     }
 
     private boolean nextFileBatch() throws IOException {
+        if (direct != null) {
+            if (directGroup + 1 >= direct.groupCount()) {
+                return false;
+            }
+            batchRows = direct.groupRows(++directGroup);
+            return true;
+        }
         try {
             if (!file.nextBatch()) {
                 return false;
@@ -202,19 +239,33 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
             }
             return true;
         }
+        if (direct == null && file != null) {  // leaving an object the file reader read
+            fileDrained = batchStart + batchRows == fileRows;
+        }
         Opened o;
         try {
             o = open(path, conf, true);
         } catch (FileNotFoundException e) {
             closeFile();
+            direct = null;
             return gone(e);
         } catch (IOException | RuntimeException e) {
             closeFile();
+            direct = null;
             throw e;
         }
+        if (o.direct != null) {  // the file reader, if any, stays for objects it reads
+            decodedDirectly++;
+            direct = o.direct;
+            directGroup = -1;
+            startObject(o);
+            return true;
+        }
+        direct = null;
+        decodedByParquet++;
         // A reader that has returned every row of its object goes on to the next one (of
         // the same schema) with its vectors and set-up: objects are often a few hundred rows.
-        boolean drained = file != null && batchStart + batchRows == fileRows;
+        boolean drained = file != null && fileDrained;
         if (drained && o.whole != null) {
             boolean carried;
             try {
@@ -258,8 +309,12 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
     private void startObject(Opened o) {
         filePath = part.paths[slice];
         fileRows = 0;
-        for (BlockMetaData block : o.footer.getBlocks()) {
-            fileRows += block.getRowCount();
+        if (o.direct != null) {
+            fileRows = o.direct.rows();
+        } else {
+            for (BlockMetaData block : o.footer.getBlocks()) {
+                fileRows += block.getRowCount();
+            }
         }
         batchStart = 0;
         batchRows = 0;
@@ -280,13 +335,15 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
     }
 
     /** An object opened with its footer read; the stream is positioned for the rows.
-     * {@code whole} holds the object's bytes where it was read whole, else null. */
+     * {@code whole} holds the object's bytes where it was read whole, else null. Where
+     * txlog's decoder read the object, {@code direct} has its rows (and nothing else is set). */
     private static final class Opened {
         final Path path;
         final FileStatus status;  // null: the size is not known
         final ObjectBytes whole;
         final SeekableInputStream stream;
         final ParquetMetadata footer;
+        final DirectObject direct;
 
         Opened(Path path, FileStatus status, ObjectBytes whole, SeekableInputStream stream,
                ParquetMetadata footer) {
@@ -295,6 +352,16 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
             this.whole = whole;
             this.stream = stream;
             this.footer = footer;
+            this.direct = null;
+        }
+
+        Opened(Path path, DirectObject direct) {
+            this.path = path;
+            this.status = null;
+            this.whole = null;
+            this.stream = null;
+            this.footer = null;
+            this.direct = direct;
         }
 
         HadoopInputFile file(Configuration conf) throws IOException {
@@ -323,13 +390,19 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
                     ReadMetrics.add(fsys, bytes.length);  // Spark's bytes read see them
                 }
                 whole = new ObjectBytes(bytes);
+                if (directSchema != null) {
+                    DirectObject d = decodeDirectly(path, conf, declared, whole);
+                    if (d != null) {
+                        return new Opened(path, d);
+                    }
+                }
                 in = whole;
             } else {
                 in = status != null ? HadoopInputFile.fromStatus(status, conf)
                     : HadoopInputFile.fromPath(path, conf);
             }
             stream = in.newStream();
-        } catch (FileNotFoundException e) {
+        } catch (FileNotFoundException | DecodeFailure e) {
             throw e;
         } catch (EOFException e) {  // shorter than declared
             throw openFailure(path, conf, declared, null, e);
@@ -346,6 +419,40 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
         } catch (IOException | RuntimeException e) {
             stream.close();
             throw openFailure(path, conf, declared, whole, e);
+        }
+    }
+
+    /** The object read whole decoded by txlog's decoder, or null where the decoder does not
+     * handle it (Spark's Parquet reader then reads it, as every object before). An object
+     * that fails its checksum, or whose stored sizes and counts do not hold, is an error. */
+    private DirectObject decodeDirectly(Path path, Configuration conf, long declared,
+                                        ObjectBytes whole) throws IOException {
+        try {
+            whole.verify(part.paths[slice]);
+            return DirectObject.decode(whole.bytes(), directSchema);
+        } catch (PageDecoder.Unsupported e) {
+            LOG.debug("txlog: {} is read by Spark's Parquet reader: {}", path, e.getMessage());
+            return null;
+        } catch (IOException | CompactReader.Damaged | RuntimeException e) {
+            // As Spark's reader's failures are said: another size first, then the checksum.
+            IOException failure;
+            try {
+                failure = openFailure(path, conf, declared, whole, e);
+            } catch (FileNotFoundException gone) {  // gone meanwhile
+                throw gone;
+            } catch (IOException checksum) {
+                failure = checksum;
+            }
+            throw new DecodeFailure(failure);
+        }
+    }
+
+    /** A failure of txlog's decoder, already said as the scan says it (not wrapped again). */
+    private static final class DecodeFailure extends IOException {
+        private static final long serialVersionUID = 1L;
+
+        DecodeFailure(IOException e) {
+            super(e.getMessage(), e);
         }
     }
 
@@ -540,6 +647,11 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
     }
 
     @Override
+    public org.apache.spark.sql.connector.metric.CustomTaskMetric[] currentMetricsValues() {
+        return DecoderMetrics.values(decodedDirectly, decodedByParquet);
+    }
+
+    @Override
     public ColumnarBatch get() {
         return current;
     }
@@ -554,6 +666,7 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
 
     @Override
     public void close() throws IOException {
+        direct = null;
         try {
             if (prefetch != null) {
                 prefetch.close();

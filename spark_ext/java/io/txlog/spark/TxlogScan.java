@@ -89,6 +89,11 @@ final class TxlogScan implements Scan, SupportsReportStatistics {
     }
 
     @Override
+    public org.apache.spark.sql.connector.metric.CustomMetric[] supportedCustomMetrics() {
+        return DecoderMetrics.supported();
+    }
+
+    @Override
     public Statistics estimateStatistics() {
         // Planned now: the sizes let Spark choose joins (a broadcast of a small topic).
         return ((PlannedScanProvider.PlannedScan) toBatch()).estimateStatistics();

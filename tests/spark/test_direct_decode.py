@@ -1,0 +1,171 @@
+"""The JVM scan's own decoder of Kafka-shaped batch objects (txlog.scan.decoder=txlog, the
+default) against Spark's Parquet reader (txlog.scan.decoder=parquet) and the consumer, on
+objects written by txlog's producer (pyarrow): nulls, keys, timestamps present and absent,
+headers on some batches (those objects fall back), several row groups, slices starting and
+ending inside objects and inside columnar batches."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from test_spark_read import consume, spark_rows
+
+import txlog
+from txlog import batch_codec
+from txlog.records import HEADER_TYPE, KAFKA_SCHEMA
+
+pytestmark = pytest.mark.spark
+
+DECODER = "txlog.scan.decoder"
+
+
+def build(url: str, seed: int) -> int:
+    """Two partitions of random Kafka-shaped batches; returns how many batches carry
+    headers (their objects are read by Spark's Parquet reader)."""
+    print(f"seed={seed}")
+    rng = random.Random(seed)
+    log = txlog.connect(url)
+    log.create_topic("d", partitions=2)
+    p = log.producer(transactional_id="d-tx")
+    p.init_transactions()
+    with_headers = 0
+    for i in range(12):
+        p.begin_transaction()
+        for part in range(2):
+            n = rng.randint(1, 400)
+            keys = [None if rng.random() < 0.3 else f"k{rng.randrange(7)}".encode()
+                    for _ in range(n)]
+            values = [None if rng.random() < 0.05 else rng.randbytes(rng.randrange(60))
+                      for _ in range(n)]
+            stamped = rng.random() < 0.7
+            stamps = [rng.randrange(1, 10**12) if stamped and rng.random() < 0.9 else None
+                      for _ in range(n)]
+            headered = rng.random() < 0.25
+            headers = [[("h", b"x"), ("n", None)] if headered and j % 2 else None
+                       for j in range(n)]
+            with_headers += headered
+            p.send_batch("d", pa.table([pa.array(keys, pa.binary()),
+                                        pa.array(values, pa.binary()),
+                                        pa.array(headers, HEADER_TYPE),
+                                        pa.array(stamps, pa.timestamp("ms", tz="UTC"))],
+                                       schema=KAFKA_SCHEMA), partition=part)
+        p.flush()
+        p.abort_transaction() if i % 4 == 3 else p.commit_transaction()
+    return with_headers
+
+
+def decoded_by(df: Any) -> tuple[int, int]:
+    """The scan's metrics after ``df`` ran: objects decoded by txlog, by Parquet."""
+    plan = df._jdf.queryExecution().executedPlan()
+    if plan.getClass().getSimpleName() == "AdaptiveSparkPlanExec":
+        plan = plan.executedPlan()
+    leaves = plan.collectLeaves()
+    for i in range(leaves.size()):
+        metrics = leaves.apply(i).metrics()
+        if metrics.contains("objectsDecodedByTxlog"):
+            return (int(metrics.apply("objectsDecodedByTxlog").value()),
+                    int(metrics.apply("objectsDecodedByParquet").value()))
+    raise AssertionError(f"no txlog scan in {plan}")
+
+
+@pytest.fixture
+def decoder(spark: Any) -> Iterator[Any]:
+    """Sets the decoder for the next reads (None: the default); unset afterwards."""
+    hadoop = spark.sparkContext._jsc.hadoopConfiguration()
+
+    def use(name: str | None) -> None:
+        if name is None:
+            hadoop.unset(DECODER)
+        else:
+            hadoop.set(DECODER, name)
+
+    yield use
+    hadoop.unset(DECODER)
+
+
+def read(spark: Any, url: str, **options: str) -> Any:
+    r = spark.read.format("txlog").option("path", url).option("topic", "d")
+    for k, v in options.items():
+        r = r.option(k, v)
+    return r.load()
+
+
+def test_both_decoders_read_what_the_consumer_reads(
+        spark: Any, tmp_path: Path, decoder: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Row groups of a few KB: objects of several row groups, as large batches are.
+    monkeypatch.setattr(batch_codec, "ROW_GROUP_BYTES", 4096)
+    url = str(tmp_path / "lake")
+    headered = build(url, seed=3232)
+    assert headered > 0
+    want = consume(url, ["d"])
+    objects = 2 * 9  # committed transactions x partitions
+    key = "spark.sql.parquet.columnarReaderBatchSize"
+    try:
+        for name, batch in ((None, "4096"), ("parquet", "4096"), ("txlog", "7")):
+            decoder(name)
+            spark.conf.set(key, batch)
+            df = read(spark, url)
+            assert spark_rows(df) == want, (name, batch)
+            assert df.count() == len(want)  # no stored column: footers only
+            df.collect()  # every column: the metrics of this query's own scan
+            direct, parquet = decoded_by(df)
+            if name == "parquet":
+                assert (direct, parquet) == (0, objects)
+            else:  # only the objects of batches with headers fall back
+                assert direct + parquet == objects and 0 < parquet < objects, (direct, parquet)
+        # Slices starting and ending inside objects (and their row groups).
+        rng = random.Random(99)
+        high = max(r[2] for r in want) + 1
+        for trial in range(6):
+            lo, hi = sorted(rng.sample(range(high + 1), 2))
+            opts = {"startingOffsets": json.dumps({"d": {"0": lo, "1": lo // 2}}),
+                    "endingOffsets": json.dumps({"d": {"0": hi, "1": -1}})}
+            part = [r for r in want
+                    if (r[1] == 0 and lo <= r[2] < hi) or (r[1] == 1 and r[2] >= lo // 2)]
+            for name in ("txlog", "parquet"):
+                decoder(name)
+                assert spark_rows(read(spark, url, **opts)) == part, (trial, name, lo, hi)
+    finally:
+        spark.conf.unset(key)
+
+
+def test_a_wrong_decoder_setting_is_refused(spark: Any, tmp_path: Path, decoder: Any) -> None:
+    url = str(tmp_path / "lake")
+    build(url, seed=1)
+    decoder("arrow")
+    with pytest.raises(Exception, match=r"txlog\.scan\.decoder is 'arrow'"):
+        read(spark, url).collect()
+
+
+def test_objects_of_the_jvm_writer_read_alike(spark: Any, tmp_path: Path, decoder: Any) -> None:
+    """Objects written by the JVM writer (parquet-mr through Spark: no dictionaries,
+    millisecond timestamps, nulls and empty keys) are decoded directly, and read as Spark's
+    Parquet reader and the consumer read them."""
+    import spark_ext
+
+    url = str(tmp_path / "lake")
+    txlog.connect(url).create_topic("d", partitions=3)
+    df = spark.range(0, 5000, numPartitions=2).selectExpr(
+        "CASE WHEN id % 10 = 3 THEN NULL WHEN id % 10 = 7 THEN '' "
+        "ELSE concat('user-', id % 37) END AS key",
+        "CASE WHEN id % 13 = 5 THEN NULL ELSE repeat(concat('v', id), int(id % 9)) END "
+        "AS value",
+        "CASE WHEN id % 4 = 0 THEN NULL "
+        "ELSE timestamp_millis(1700000000000 + id * 7) END AS timestamp")
+    spark_ext.write(df, url, topic="d", engine="jvm")
+    want = consume(url, ["d"])
+    assert len(want) == 5000
+    for name in ("txlog", "parquet"):
+        decoder(name)
+        got = read(spark, url)
+        assert spark_rows(got) == want, name
+        got.collect()
+        direct, parquet = decoded_by(got)
+        assert direct + parquet > 0 and (parquet == 0 if name == "txlog" else direct == 0), \
+            (name, direct, parquet)
