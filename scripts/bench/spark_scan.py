@@ -279,6 +279,8 @@ def measure(spark: Any, target: C.Target, topics: dict[int, dict[str, Any]], rou
 
     times: dict[tuple[int, str, str], list[float]] = {}
     cpus: dict[tuple[int, str, str], list[float]] = {}
+    # The same CPU seconds by process: the server's (weed) and Spark's JVM's.
+    parts: dict[tuple[int, str, str], dict[str, list[float]]] = {}
 
     def timed_rounds(runs_of: Any, phase: str = "") -> None:
         """``rounds`` rounds of ``runs_of(query)``'s readers, timed into ``times`` and
@@ -289,11 +291,16 @@ def measure(spark: Any, target: C.Target, topics: dict[int, dict[str, Any]], rou
                     # Parquet next to txlog in both orders (flipped every round).
                     order = runs_of(query) if r % 2 == 0 else runs_of(query)[::-1]
                     for name in order:
-                        cpu0 = C.tree_cpu_seconds()
+                        cpu0 = C.tree_cpu_parts()
                         with settings_of(name), C.Timer() as t:
                             fn(readers[name](pct))
+                        cpu1 = C.tree_cpu_parts()
                         key = (pct, query, name + phase)
-                        cpus.setdefault(key, []).append(C.tree_cpu_seconds() - cpu0)
+                        cpus.setdefault(key, []).append(sum(cpu1.values())
+                                                        - sum(cpu0.values()))
+                        for part in cpu1:
+                            parts.setdefault(key, {}).setdefault(part, []).append(
+                                cpu1[part] - cpu0[part])
                         times.setdefault(key, []).append(t.elapsed)
                         C.progress(f"{target.name} round {r + 1}/{rounds} {pct}% {query} "
                                    f"{name}{phase}: {t.elapsed:.2f}s")
@@ -324,10 +331,13 @@ def measure(spark: Any, target: C.Target, topics: dict[int, dict[str, Any]], rou
                 sec = C.median(times[key])
                 res[f"{query}_{name}"] = {"seconds": sec, "all_seconds": times[key],
                                           "cpu_seconds": C.median(cpus[key]),
+                                          "cpu_seconds_by_process": {
+                                              k: C.median(v) for k, v in parts[key].items()},
                                           "vs_parquet": speed, "cpu_vs_parquet": cpu}
                 ratios[f"{name}_vs_parquet_{query}_{pct}pct{suffix}"] = speed
                 rows.append([f"{pct}%", query, name, sec, info["committed"] / sec, speed,
-                             C.median(cpus[key]), cpu])
+                             C.median(cpus[key]), cpu, C.median(parts[key]["java"]),
+                             C.median(parts[key]["weed"])])
             target_ratio = 1.0 if query == "2col" else 0.9
             got = ratios[f"txlog_vs_parquet_{query}_{pct}pct{suffix}"]
             label = ("count(*), sum(length(value)), max(offset)" if query == "2col"
@@ -349,7 +359,8 @@ def measure(spark: Any, target: C.Target, topics: dict[int, dict[str, Any]], rou
                     "cpu_vs_parquet": cpu}
                 ratios[f"txlog_compacted_vs_parquet_{query}_{pct}pct{suffix}"] = speed
                 rows.append([f"{pct}%", query, "txlog (compacted)", sec,
-                             info["committed"] / sec, speed, C.median(cpus[key]), cpu])
+                             info["committed"] / sec, speed, C.median(cpus[key]), cpu,
+                             C.median(parts[key]["java"]), C.median(parts[key]["weed"])])
                 goals.append({"name": f"(info) format('txlog') {label} of the topic "
                                       f"compacted by txlog maintain vs {base}, {pct}% aborted",
                               "store": target.name, "measured": speed, "target": None,
@@ -367,7 +378,7 @@ def measure(spark: Any, target: C.Target, topics: dict[int, dict[str, Any]], rou
                   f"topics, {PARTITIONS} partitions, {VALUE_SIZE}-byte values, local[2], "
                   f"median of {rounds} (ratios: medians of per-round ratios to parquet)",
                   ["aborted", "query", "reader", "seconds", "rows/s", "vs parquet", "CPU s",
-                   "CPU vs parquet"], rows)
+                   "CPU vs parquet", "JVM CPU s", "weed CPU s"], rows)
     print(f"load average while measuring: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs "
           "(wall-time ratios are only meaningful on an idle machine; CPU ratios much more)")
     return {"ratios": ratios, "goals": goals, "results": results}
