@@ -32,13 +32,15 @@ one JSON line.
 
 ``--store s3`` does the same on SeaweedFS (started on 127.0.0.1 for the run): the topics
 are written there by txlog's producer, ``format("txlog")`` is given the root's
-``s3://`` URL and its ``storage_options`` once (the connector's scan reads the objects
-through Spark's S3A filesystem), and the baseline is written and read by Spark through
-S3A on the same server with the same settings.  There ``txlog`` and ``parquet`` are
-timed, and ``txlog_shared_s3a`` (diagnostic): ``format("txlog")`` reading its batch
-objects through Spark's shared S3A filesystem with its default input stream
-(``txlog.scan.s3a.stream.type=shared`` for that query), as it did before it had an S3A
-filesystem of its own (``batch_objects`` and ``txlog_python`` are local diagnostics).
+``s3://`` URL and its ``storage_options`` once (the connector's scan reads each object
+with one signed GET, with the endpoint and keys those options give), and the baseline is
+written and read by Spark through S3A on the same server with the same settings.  There
+``txlog`` and ``parquet`` are timed, and two diagnostics of ``format("txlog")``:
+``txlog_s3a`` reads its batch objects through an S3A filesystem of its own
+(``txlog.scan.s3a.signed.get=false``), and ``txlog_shared_s3a`` through Spark's shared
+S3A filesystem with its default input stream (``txlog.scan.s3a.stream.type=shared``)
+(``batch_objects`` and ``txlog_python`` are local diagnostics).  The table gives the CPU
+seconds of Spark's JVM and of the SeaweedFS server apart.
 
     .venv/bin/python scripts/bench/spark_scan.py --store local   # 200,000 records (--small)
     .venv/bin/python scripts/bench/spark_scan.py --store s3 --rounds 3
@@ -237,21 +239,27 @@ def measure(spark: Any, target: C.Target, topics: dict[int, dict[str, Any]], rou
         readers["batch_objects"] = lambda pct: spark.read.parquet(topics[pct]["plain"])
         readers["txlog_python"] = lambda pct: txlog_df(pct, "txlog_python")
     else:
-        # Diagnostic: the scan reading its objects through Spark's shared S3A filesystem,
-        # with its default input stream, instead of an S3A filesystem of its own.
+        # Diagnostics: the scan reading its objects through an S3A filesystem of its own
+        # instead of its signed GETs, and through Spark's shared S3A filesystem with its
+        # default input stream.
+        readers["txlog_s3a"] = txlog_df
         readers["txlog_shared_s3a"] = txlog_df
     hadoop = spark.sparkContext._jsc.hadoopConfiguration()
 
+    diagnostic = {"txlog_s3a": ("txlog.scan.s3a.signed.get", "false"),
+                  "txlog_shared_s3a": ("txlog.scan.s3a.stream.type", "shared")}
+
     @contextlib.contextmanager
     def settings_of(name: str) -> Iterator[None]:
-        if name != "txlog_shared_s3a":
+        if name not in diagnostic:
             yield
             return
-        hadoop.set("txlog.scan.s3a.stream.type", "shared")
+        key, value = diagnostic[name]
+        hadoop.set(key, value)
         try:
             yield
         finally:
-            hadoop.unset("txlog.scan.s3a.stream.type")
+            hadoop.unset(key)
 
     def two_columns(df: Any) -> tuple[Any, ...]:
         return tuple(df.selectExpr("count(*)", "sum(length(value))", "max(offset)")
@@ -272,7 +280,7 @@ def measure(spark: Any, target: C.Target, topics: dict[int, dict[str, Any]], rou
         assert want[0] == topics[pct]["committed"], (pct, want)
         for name in readers:
             with settings_of(name):
-                if name in ("txlog", "txlog_shared_s3a"):
+                if name.startswith("txlog") and name != "txlog_python":
                     assert two_columns(readers[name](pct)) == want, (name, pct)
                 assert readers[name](pct).count() == want[0], (name, pct)
                 all_columns(readers[name](pct))
@@ -355,8 +363,9 @@ def measure(spark: Any, target: C.Target, topics: dict[int, dict[str, Any]], rou
                 sec = C.median(times[key])
                 res[f"{query}_txlog_compacted"] = {
                     "seconds": sec, "all_seconds": times[key],
-                    "cpu_seconds": C.median(cpus[key]), "vs_parquet": speed,
-                    "cpu_vs_parquet": cpu}
+                    "cpu_seconds": C.median(cpus[key]),
+                    "cpu_seconds_by_process": {k: C.median(v) for k, v in parts[key].items()},
+                    "vs_parquet": speed, "cpu_vs_parquet": cpu}
                 ratios[f"txlog_compacted_vs_parquet_{query}_{pct}pct{suffix}"] = speed
                 rows.append([f"{pct}%", query, "txlog (compacted)", sec,
                              info["committed"] / sec, speed, C.median(cpus[key]), cpu,

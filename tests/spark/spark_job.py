@@ -127,16 +127,21 @@ def _gets(spark: Any, url: str, source: str, options: str) -> dict[str, Any]:
             "S3AStorageStatistics")
         return 0 if stats is None else int(stats.getLong("action_http_get_request") or 0)
 
+    def bytes_read() -> int:  # what Spark's input metrics sum, per thread, for s3a
+        return sum(int(s.getBytesRead()) for s in
+                   jvm.org.apache.hadoop.fs.FileSystem.getAllStatistics()
+                   if s.getScheme() == "s3a")
+
     out = {}
     for name, setting in (("signed", "true"), ("s3a", "false")):
         conf.set("txlog.scan.s3a.signed.get", setting)
-        before = (int(signed.invoke(None, None)), s3a_gets())
+        before = (int(signed.invoke(None, None)), s3a_gets(), bytes_read())
         df = (spark.read.format("txlog").option("path", url).option("topic", source)
               .option("storage_options", options).load())
         rows = sorted([r.partition, r.offset, r.value.decode()]
                       for r in df.select("partition", "offset", "value").collect())
         out[name] = {"rows": rows, "signed_gets": int(signed.invoke(None, None)) - before[0],
-                     "s3a_gets": s3a_gets() - before[1]}
+                     "s3a_gets": s3a_gets() - before[1], "bytes_read": bytes_read() - before[2]}
     return out
 
 

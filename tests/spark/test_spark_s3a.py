@@ -215,7 +215,7 @@ def test_scan_reads_each_object_with_one_signed_get(seaweed: SeaweedServer,
     """With static keys, an endpoint and a region, format("txlog") reads each committed
     batch object with one signed GET of its own and none through S3A (whose per-request
     CPU dominated the scan); with the signed GETs turned off, S3A reads them instead.
-    Both return txlog's consumer's rows."""
+    Both return txlog's consumer's rows; Spark's bytes read count each object once."""
     jars = spark_procs.s3a_jars()
     if len(jars) < 3:
         pytest.skip("hadoop-aws and the AWS SDK are not in .jars/ (run scripts/fetch-jars.sh)")
@@ -225,7 +225,9 @@ def test_scan_reads_each_object_with_one_signed_get(seaweed: SeaweedServer,
     expected = build(url, options, seed=34)
     ro = parse_read_options({"path": url, "topic": "in",
                              "storage_options": json.dumps(options)}, streaming=False)
-    objects = int(plan_batch(ro, ro.connect()).arrays.objects())  # the committed batches
+    arrays = plan_batch(ro, ro.connect()).arrays
+    objects = int(arrays.objects())  # the committed batches, one slice each
+    assert len(arrays.object_bytes) == objects
     got = spark_procs.submit(["--master", "local[2]",
                               "--jars", ",".join(map(str, [*jars, connector])),
                               str(spark_procs.JOB), "gets", url, "in", json.dumps(options)],
@@ -235,3 +237,6 @@ def test_scan_reads_each_object_with_one_signed_get(seaweed: SeaweedServer,
     assert got["signed"]["s3a_gets"] == 0, got
     assert got["s3a"]["signed_gets"] == 0, got
     assert got["signed"]["signed_gets"] == objects == got["s3a"]["s3a_gets"], (objects, got)
+    # Spark's bytes read count each object's bytes once (on the task's thread; S3A also
+    # counts those it fetched ahead on the prefetch threads).
+    assert got["signed"]["bytes_read"] == int(arrays.object_bytes.sum()), got
