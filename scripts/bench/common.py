@@ -597,6 +597,13 @@ def tree_cpu_seconds() -> float:
     """CPU seconds used so far by this process and every live descendant (the JVM, the
     Python worker daemons and workers), including the children they have reaped.  Wall
     time on a shared machine depends on the neighbours; CPU time much less so."""
+    return sum(tree_cpu_parts().values())
+
+
+def tree_cpu_parts() -> dict[str, float]:
+    """:func:`tree_cpu_seconds` split by the command of each process: ``weed`` (a
+    SeaweedFS server a benchmark started), ``java`` (Spark's JVM) and ``other`` (this
+    process, Python workers), so that a store's CPU is told apart from the client's."""
     ticks = os.sysconf("SC_CLK_TCK")
     parent: dict[int, int] = {}
     cpu: dict[int, int] = {}
@@ -604,11 +611,16 @@ def tree_cpu_seconds() -> float:
         parent[pid] = int(f[1])
         cpu[pid] = int(f[11]) + int(f[12]) + int(f[13]) + int(f[14])
     me = os.getpid()
-    total = 0
+    out = {"weed": 0.0, "java": 0.0, "other": 0.0}
     for pid in cpu:
         p = pid
         while p > 1 and p != me:
             p = parent.get(p, 1)
         if p == me:
-            total += cpu[pid]
-    return total / ticks
+            try:
+                comm = Path(f"/proc/{pid}/comm").read_text().strip()
+            except OSError:
+                comm = ""
+            part = comm if comm in ("weed", "java") else "other"
+            out[part] += cpu[pid] / ticks
+    return out

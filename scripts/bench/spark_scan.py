@@ -36,13 +36,15 @@ one JSON line.
 
 ``--store s3`` does the same on SeaweedFS (started on 127.0.0.1 for the run): the topics
 are written there by txlog's producer, ``format("txlog")`` is given the root's
-``s3://`` URL and its ``storage_options`` once (the connector's scan reads the objects
-through Spark's S3A filesystem), and the baseline is written and read by Spark through
-S3A on the same server with the same settings.  There ``txlog`` and ``parquet`` are
-timed, and ``txlog_shared_s3a`` (diagnostic): ``format("txlog")`` reading its batch
-objects through Spark's shared S3A filesystem with its default input stream
-(``txlog.scan.s3a.stream.type=shared`` for that query), as it did before it had an S3A
-filesystem of its own (``batch_objects`` and ``txlog_python`` are local diagnostics).
+``s3://`` URL and its ``storage_options`` once (the connector's scan reads each object
+with one signed GET, with the endpoint and keys those options give), and the baseline is
+written and read by Spark through S3A on the same server with the same settings.  There
+``txlog`` and ``parquet`` are timed, and two diagnostics of ``format("txlog")``:
+``txlog_s3a`` reads its batch objects through an S3A filesystem of its own
+(``txlog.scan.s3a.signed.get=false``), and ``txlog_shared_s3a`` through Spark's shared
+S3A filesystem with its default input stream (``txlog.scan.s3a.stream.type=shared``)
+(``batch_objects`` and ``txlog_python`` are local diagnostics).  The table gives the CPU
+seconds of Spark's JVM and of the SeaweedFS server apart.
 
     .venv/bin/python scripts/bench/spark_scan.py --store local   # 200,000 records (--small)
     .venv/bin/python scripts/bench/spark_scan.py --store s3 --rounds 3
@@ -241,24 +243,29 @@ def measure(spark: Any, target: C.Target, topics: dict[int, dict[str, Any]], rou
         readers["batch_objects"] = lambda pct: spark.read.parquet(topics[pct]["plain"])
         readers["txlog_python"] = lambda pct: txlog_df(pct, "txlog_python")
     else:
-        # Diagnostic: the scan reading its objects through Spark's shared S3A filesystem,
-        # with its default input stream, instead of an S3A filesystem of its own.
+        # Diagnostics: the scan reading its objects through an S3A filesystem of its own
+        # instead of its signed GETs, and through Spark's shared S3A filesystem with its
+        # default input stream.
+        readers["txlog_s3a"] = txlog_df
         readers["txlog_shared_s3a"] = txlog_df
     readers["txlog_parquet_decoder"] = txlog_df
     hadoop = spark.sparkContext._jsc.hadoopConfiguration()
 
+    diagnostic = {"txlog_s3a": ("txlog.scan.s3a.signed.get", "false"),
+                  "txlog_shared_s3a": ("txlog.scan.s3a.stream.type", "shared"),
+                  "txlog_parquet_decoder": ("txlog.scan.decoder", "parquet")}
+
     @contextlib.contextmanager
     def settings_of(name: str) -> Iterator[None]:
-        setting = {"txlog_shared_s3a": ("txlog.scan.s3a.stream.type", "shared"),
-                   "txlog_parquet_decoder": ("txlog.scan.decoder", "parquet")}.get(name)
-        if setting is None:
+        if name not in diagnostic:
             yield
             return
-        hadoop.set(*setting)
+        key, value = diagnostic[name]
+        hadoop.set(key, value)
         try:
             yield
         finally:
-            hadoop.unset(setting[0])
+            hadoop.unset(key)
 
     def two_columns(df: Any) -> tuple[Any, ...]:
         return tuple(df.selectExpr("count(*)", "sum(length(value))", "max(offset)")
@@ -287,6 +294,8 @@ def measure(spark: Any, target: C.Target, topics: dict[int, dict[str, Any]], rou
 
     times: dict[tuple[int, str, str], list[float]] = {}
     cpus: dict[tuple[int, str, str], list[float]] = {}
+    # The same CPU seconds by process: the server's (weed) and Spark's JVM's.
+    parts: dict[tuple[int, str, str], dict[str, list[float]]] = {}
 
     def timed_rounds(runs_of: Any, phase: str = "") -> None:
         """``rounds`` rounds of ``runs_of(query)``'s readers, timed into ``times`` and
@@ -297,11 +306,16 @@ def measure(spark: Any, target: C.Target, topics: dict[int, dict[str, Any]], rou
                     # Parquet next to txlog in both orders (flipped every round).
                     order = runs_of(query) if r % 2 == 0 else runs_of(query)[::-1]
                     for name in order:
-                        cpu0 = C.tree_cpu_seconds()
+                        cpu0 = C.tree_cpu_parts()
                         with settings_of(name), C.Timer() as t:
                             fn(readers[name](pct))
+                        cpu1 = C.tree_cpu_parts()
                         key = (pct, query, name + phase)
-                        cpus.setdefault(key, []).append(C.tree_cpu_seconds() - cpu0)
+                        cpus.setdefault(key, []).append(sum(cpu1.values())
+                                                        - sum(cpu0.values()))
+                        for part in cpu1:
+                            parts.setdefault(key, {}).setdefault(part, []).append(
+                                cpu1[part] - cpu0[part])
                         times.setdefault(key, []).append(t.elapsed)
                         C.progress(f"{target.name} round {r + 1}/{rounds} {pct}% {query} "
                                    f"{name}{phase}: {t.elapsed:.2f}s")
@@ -340,10 +354,13 @@ def measure(spark: Any, target: C.Target, topics: dict[int, dict[str, Any]], rou
                 sec = C.median(times[key])
                 res[f"{query}_{name}"] = {"seconds": sec, "all_seconds": times[key],
                                           "cpu_seconds": C.median(cpus[key]),
+                                          "cpu_seconds_by_process": {
+                                              k: C.median(v) for k, v in parts[key].items()},
                                           "vs_parquet": speed, "cpu_vs_parquet": cpu}
                 ratios[f"{name}_vs_parquet_{query}_{pct}pct{suffix}"] = speed
                 rows.append([f"{pct}%", query, name, sec, info["committed"] / sec, speed,
-                             C.median(cpus[key]), cpu])
+                             C.median(cpus[key]), cpu, C.median(parts[key]["java"]),
+                             C.median(parts[key]["weed"])])
             target_ratio = 1.0 if query == "2col" else 0.9
             got = ratios[f"txlog_vs_parquet_{query}_{pct}pct{suffix}"]
             label = ("count(*), sum(length(value)), max(offset)" if query == "2col"
@@ -363,11 +380,13 @@ def measure(spark: Any, target: C.Target, topics: dict[int, dict[str, Any]], rou
                 sec = C.median(times[key])
                 res[f"{query}_{name}_compacted"] = {
                     "seconds": sec, "all_seconds": times[key],
-                    "cpu_seconds": C.median(cpus[key]), "vs_parquet": speed,
-                    "cpu_vs_parquet": cpu}
+                    "cpu_seconds": C.median(cpus[key]),
+                    "cpu_seconds_by_process": {k: C.median(v) for k, v in parts[key].items()},
+                    "vs_parquet": speed, "cpu_vs_parquet": cpu}
                 ratios[f"{name}_compacted_vs_parquet_{query}_{pct}pct{suffix}"] = speed
                 rows.append([f"{pct}%", query, f"{name} (compacted)", sec,
-                             info["committed"] / sec, speed, C.median(cpus[key]), cpu])
+                             info["committed"] / sec, speed, C.median(cpus[key]), cpu,
+                             C.median(parts[key]["java"]), C.median(parts[key]["weed"])])
                 goals.append({"name": f"(info) format('{name}') {label} of the topic "
                                       f"compacted by txlog maintain vs {base}, {pct}% aborted",
                               "store": target.name, "measured": speed, "target": None,
@@ -385,7 +404,7 @@ def measure(spark: Any, target: C.Target, topics: dict[int, dict[str, Any]], rou
                   f"topics, {PARTITIONS} partitions, {VALUE_SIZE}-byte values, local[2], "
                   f"median of {rounds} (ratios: medians of per-round ratios to parquet)",
                   ["aborted", "query", "reader", "seconds", "rows/s", "vs parquet", "CPU s",
-                   "CPU vs parquet"], rows)
+                   "CPU vs parquet", "JVM CPU s", "weed CPU s"], rows)
     print(f"load average while measuring: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs "
           "(wall-time ratios are only meaningful on an idle machine; CPU ratios much more)")
     return {"ratios": ratios, "goals": goals, "results": results}

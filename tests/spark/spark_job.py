@@ -17,6 +17,12 @@ streams SOURCE at URL into STREAM_TARGET at OUT_URL with readStream/writeStream:
     spark-submit --jars ... tests/spark/spark_job.py format URL OUT_URL SOURCE TARGET \
         STREAM_TARGET OPTIONS
 
+``gets`` reads SOURCE at URL with ``format("txlog")`` twice, with signed GETs (the
+default) and with S3A (``txlog.scan.s3a.signed.get=false``), and reports each read's
+rows and the GETs each client sent:
+
+    spark-submit --jars ... tests/spark/spark_job.py gets URL SOURCE OPTIONS
+
 OPTIONS is the storage options as JSON. The last line printed is ``RESULT <json>``.
 
     python tests/spark/spark_job.py connect sc://HOST:PORT URL SOURCE TARGET APP_ID
@@ -108,6 +114,37 @@ def _format(spark: Any, url: str, out_url: str, source: str, target: str, stream
             "endpoint": conf.get(f"fs.s3a.bucket.{url.split('/')[2]}.endpoint")}
 
 
+def _gets(spark: Any, url: str, source: str, options: str) -> dict[str, Any]:
+    jvm = spark.sparkContext._jvm
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    # The connector's classes are in the loader of the jars Spark was given.
+    loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
+    signed = loader.loadClass("io.txlog.spark.SignedGet").getDeclaredMethod("requests", None)
+    signed.setAccessible(True)
+
+    def s3a_gets() -> int:
+        stats = jvm.org.apache.hadoop.fs.FileSystem.getGlobalStorageStatistics().get(
+            "S3AStorageStatistics")
+        return 0 if stats is None else int(stats.getLong("action_http_get_request") or 0)
+
+    def bytes_read() -> int:  # what Spark's input metrics sum, per thread, for s3a
+        return sum(int(s.getBytesRead()) for s in
+                   jvm.org.apache.hadoop.fs.FileSystem.getAllStatistics()
+                   if s.getScheme() == "s3a")
+
+    out = {}
+    for name, setting in (("signed", "true"), ("s3a", "false")):
+        conf.set("txlog.scan.s3a.signed.get", setting)
+        before = (int(signed.invoke(None, None)), s3a_gets(), bytes_read())
+        df = (spark.read.format("txlog").option("path", url).option("topic", source)
+              .option("storage_options", options).load())
+        rows = sorted([r.partition, r.offset, r.value.decode()]
+                      for r in df.select("partition", "offset", "value").collect())
+        out[name] = {"rows": rows, "signed_gets": int(signed.invoke(None, None)) - before[0],
+                     "s3a_gets": s3a_gets() - before[1], "bytes_read": bytes_read() - before[2]}
+    return out
+
+
 def _connect(spark: Any, url: str, source: str, target: str, app_id: str) -> dict[str, Any]:
     import spark_ext
 
@@ -153,6 +190,8 @@ def main(argv: list[str]) -> None:
                            options=argv[5] if len(argv) > 5 else "{}")
         elif argv[0] == "format":
             result = _format(spark, *argv[1:7])
+        elif argv[0] == "gets":
+            result = _gets(spark, *argv[1:4])
         elif argv[0] == "connect":
             result = _connect(spark, *argv[1:5])
         elif argv[0] == "jvm":

@@ -17,6 +17,8 @@ import spark_procs
 import spark_ext
 import txlog
 from spark_ext import hadoop_conf
+from spark_ext.options import parse_read_options
+from spark_ext.read_plan import plan_batch
 from txlog.errors import ConfigError
 from txlog.testing.servers import SeaweedServer
 
@@ -203,3 +205,38 @@ def test_format_txlog_on_s3_through_the_jvm_connector(seaweed: SeaweedServer,
     assert got["stream_batches"] >= 2  # ten offsets per micro-batch
     streamed = consumed(url, options, "streamed")
     assert sorted(v for _, _, v in streamed) == sorted(v for _, _, v in expected)
+
+
+@pytest.mark.spark
+@pytest.mark.s3
+@pytest.mark.slow
+def test_scan_reads_each_object_with_one_signed_get(seaweed: SeaweedServer,
+                                                    tmp_path: Path) -> None:
+    """With static keys, an endpoint and a region, format("txlog") reads each committed
+    batch object with one signed GET of its own and none through S3A (whose per-request
+    CPU dominated the scan); with the signed GETs turned off, S3A reads them instead.
+    Both return txlog's consumer's rows; Spark's bytes read count each object once."""
+    jars = spark_procs.s3a_jars()
+    if len(jars) < 3:
+        pytest.skip("hadoop-aws and the AWS SDK are not in .jars/ (run scripts/fetch-jars.sh)")
+    connector = spark_ext.connector_jar()
+    assert connector is not None
+    url, options = seaweed.fresh_url("gets"), seaweed.storage_options
+    expected = build(url, options, seed=34)
+    ro = parse_read_options({"path": url, "topic": "in",
+                             "storage_options": json.dumps(options)}, streaming=False)
+    arrays = plan_batch(ro, ro.connect()).arrays
+    objects = int(arrays.objects())  # the committed batches, one slice each
+    assert len(arrays.object_bytes) == objects
+    got = spark_procs.submit(["--master", "local[2]",
+                              "--jars", ",".join(map(str, [*jars, connector])),
+                              str(spark_procs.JOB), "gets", url, "in", json.dumps(options)],
+                             tmp_path, name="gets")
+    for how in ("signed", "s3a"):
+        assert [tuple(r) for r in got[how]["rows"]] == expected, how
+    assert got["signed"]["s3a_gets"] == 0, got
+    assert got["s3a"]["signed_gets"] == 0, got
+    assert got["signed"]["signed_gets"] == objects == got["s3a"]["s3a_gets"], (objects, got)
+    # Spark's bytes read count each object's bytes once (on the task's thread; S3A also
+    # counts those it fetched ahead on the prefetch threads).
+    assert got["signed"]["bytes_read"] == int(arrays.object_bytes.sum()), got

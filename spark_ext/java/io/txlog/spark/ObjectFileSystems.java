@@ -39,6 +39,16 @@ final class ObjectFileSystems {
     static final String SHARED = "shared";
     private static final String S3A_STREAM_TYPE = "input.stream.type";
 
+    /** Whether whole-object reads on S3 may use {@link SignedGet} instead of S3A where
+     * the settings allow (true by default; false: always S3A). */
+    static final String SIGNED_GET = "txlog.scan.s3a.signed.get";
+    private static final String SIMPLE_PROVIDER =
+        "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider";
+
+    // Empty: the settings need S3A (a concurrent map holds no nulls).
+    private static final Map<List<Object>, java.util.Optional<SignedGet>> SIGNED =
+        new ConcurrentHashMap<>();
+
     /** The most filesystems of txlog's own open in one JVM. */
     static final int MAX_OWN = 16;
 
@@ -98,6 +108,87 @@ final class ObjectFileSystems {
         return fs;
     }
 
+    /**
+     * The client that reads {@code path}'s object whole with one signed GET in place of
+     * S3A, or null where S3A must: not s3a, turned off ({@link #SIGNED_GET}, or the shared
+     * filesystem asked for), or settings this client does not implement. It implements
+     * static keys (no session token, no other credentials provider), an endpoint and a
+     * region given, and no proxy, SSE-C, requester-pays or custom signer; anything else
+     * (instance credentials, AWS's default endpoint) keeps S3A.
+     */
+    static SignedGet signedGet(Path path, Configuration conf) throws IOException {
+        URI uri = path.toUri();
+        String bucket = uri.getAuthority();
+        if (!"s3a".equalsIgnoreCase(uri.getScheme()) || bucket == null
+            || !conf.getBoolean(SIGNED_GET, true)
+            || SHARED.equalsIgnoreCase(conf.getTrimmed(STREAM_TYPE, DEFAULT_STREAM_TYPE))) {
+            return null;
+        }
+        Map<String, String> s3a = new TreeMap<>(conf.getPropsWithPrefix("fs.s3a."));
+        List<Object> key = Arrays.asList(bucket, s3a);
+        java.util.Optional<SignedGet> known = SIGNED.get(key);
+        if (known != null) {
+            return known.orElse(null);
+        }
+        java.util.Optional<SignedGet> get = java.util.Optional.ofNullable(signedGetFor(bucket, conf));
+        synchronized (SIGNED) {
+            if (SIGNED.size() >= MAX_OWN && !SIGNED.containsKey(key)) {
+                return null;  // settings that change from read to read: S3A, not a client each
+            }
+            return SIGNED.computeIfAbsent(key, k -> get).orElse(null);
+        }
+    }
+
+    private static SignedGet signedGetFor(String bucket, Configuration conf) throws IOException {
+        String endpoint = s3a(conf, bucket, "endpoint");
+        String region = s3a(conf, bucket, "endpoint.region");
+        String provider = s3a(conf, bucket, "aws.credentials.provider");
+        String access = secret(conf, bucket, "access.key");
+        String secret = secret(conf, bucket, "secret.key");
+        String encryption = s3a(conf, bucket, "encryption.algorithm")
+            + s3a(conf, bucket, "server-side-encryption-algorithm");
+        boolean unsupported = !s3a(conf, bucket, "proxy.host").isEmpty()
+            || "true".equalsIgnoreCase(s3a(conf, bucket, "requester.pays.enabled"))
+            || encryption.toUpperCase(java.util.Locale.ROOT).contains("SSE-C")
+            || !s3a(conf, bucket, "signing-algorithm").isEmpty()
+            || !s3a(conf, bucket, "s3.signing-algorithm").isEmpty()
+            || !s3a(conf, bucket, "custom.signers").isEmpty()
+            || !secret(conf, bucket, "session.token").isEmpty();
+        if (endpoint.isEmpty() || region.isEmpty() || access.isEmpty() || secret.isEmpty()
+            || !(provider.isEmpty() || provider.equals(SIMPLE_PROVIDER)) || unsupported) {
+            return null;
+        }
+        if (!endpoint.contains("://")) {
+            boolean ssl = !"false".equalsIgnoreCase(s3a(conf, bucket, "connection.ssl.enabled"));
+            endpoint = (ssl ? "https://" : "http://") + endpoint;
+        }
+        while (endpoint.endsWith("/")) {
+            endpoint = endpoint.substring(0, endpoint.length() - 1);
+        }
+        boolean pathStyle = "true".equalsIgnoreCase(s3a(conf, bucket, "path.style.access"));
+        return new SignedGet(endpoint, bucket, pathStyle, region, access, secret,
+                             java.time.Duration.ofSeconds(60));
+    }
+
+    /** An S3A setting as S3A reads it: the bucket's own, else the general one ("" if none). */
+    private static String s3a(Configuration conf, String bucket, String name) {
+        String v = conf.getTrimmed("fs.s3a.bucket." + bucket + "." + name);
+        if (v == null) {
+            v = conf.getTrimmed("fs.s3a." + name, "");
+        }
+        return v;
+    }
+
+    /** A secret S3A setting, from the configuration or its credential providers. */
+    private static String secret(Configuration conf, String bucket, String name)
+        throws IOException {
+        char[] v = conf.getPassword("fs.s3a.bucket." + bucket + "." + name);
+        if (v == null) {
+            v = conf.getPassword("fs.s3a." + name);
+        }
+        return v == null ? "" : new String(v).trim();
+    }
+
     /** Whether {@code fs} is one {@link #forWholeReads} opened for txlog alone. */
     static boolean isOwn(FileSystem fs) {
         return OWN.containsValue(fs);
@@ -115,6 +206,7 @@ final class ObjectFileSystems {
                 }
             }
             OWN.clear();
+            SIGNED.clear();
             capWarned = false;
             if (first != null) {
                 throw first;

@@ -62,6 +62,7 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
     private ParquetReadOptions readOptions;
     private SharedCodecs codecs;  // readOptions' codecs, released when the partition is read
     private FileSystem fs;     // the file system of the objects read (one root per read)
+    private SignedGet signed;  // fs's bucket's signed GETs, if its settings allow; else null
     private int readersOpened;
     private String footerPath; // the object whose row count footerRows is
     private long footerRows;
@@ -385,8 +386,8 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
             if (rowsToo && declared > 0 && declared <= WHOLE_MAX) {
                 byte[] fetched = prefetched(path, conf);
                 FileSystem fsys = fileSystem(path, conf);
-                byte[] bytes = fetched != null ? fetched : readWhole(fsys, path, status);
-                if (fetched != null || ReadMetrics.bypassed(fsys)) {
+                byte[] bytes = fetched != null ? fetched : readWhole(fsys, signed, path, status);
+                if (fetched != null || signed != null || ReadMetrics.bypassed(fsys)) {
                     ReadMetrics.add(fsys, bytes.length);  // Spark's bytes read see them
                 }
                 whole = new ObjectBytes(bytes);
@@ -491,6 +492,7 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
     /** Fetches ahead the objects of the slices read whole that open an object (the further
      * runs of a compacted segment are read on from the reader that has it). */
     private ObjectPrefetch startPrefetch(FileSystem fsys, int objects, long bytes) {
+        SignedGet rootGet = signed;
         int[] slices = new int[part.size()];
         long[] sizes = new long[part.size()];
         int n = 0;
@@ -509,16 +511,22 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
             Path p = new Path(part.paths[i]);
             java.net.URI u = p.toUri();
             // One root per read: its file system, else (another store) that store's.
-            FileSystem f = java.util.Objects.equals(u.getScheme(), root.getScheme())
-                && java.util.Objects.equals(u.getAuthority(), root.getAuthority())
-                ? fsys : ObjectFileSystems.forWholeReads(p, conf);
+            boolean atRoot = java.util.Objects.equals(u.getScheme(), root.getScheme())
+                && java.util.Objects.equals(u.getAuthority(), root.getAuthority());
+            FileSystem f = atRoot ? fsys : ObjectFileSystems.forWholeReads(p, conf);
+            SignedGet g = atRoot ? rootGet : ObjectFileSystems.signedGet(p, conf);
             long declared = part.objectBytes[i];
-            return readWhole(f, p, new FileStatus(declared, false, 1, 0, 0, p));
+            return readWhole(f, g, p, new FileStatus(declared, false, 1, 0, 0, p));
         });
     }
 
-    private static byte[] readWhole(FileSystem fsys, Path path, FileStatus status)
-        throws IOException {
+    /** The object at {@code path}, read whole: with one signed GET where {@code signed}
+     * is given, else through {@code fsys}. */
+    private static byte[] readWhole(FileSystem fsys, SignedGet signed, Path path,
+                                    FileStatus status) throws IOException {
+        if (signed != null) {
+            return signed.read(path.toUri().getPath().substring(1), (int) status.getLen());
+        }
         byte[] data = new byte[(int) status.getLen()];
         if (fsys instanceof ChecksumFileSystem) {
             fsys = ((ChecksumFileSystem) fsys).getRawFileSystem();
@@ -561,6 +569,7 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
         if (fs == null || !java.util.Objects.equals(u.getScheme(), fs.getUri().getScheme())
             || !java.util.Objects.equals(u.getAuthority(), fs.getUri().getAuthority())) {
             fs = ObjectFileSystems.forWholeReads(path, conf);
+            signed = ObjectFileSystems.signedGet(path, conf);
         }
         return fs;
     }
