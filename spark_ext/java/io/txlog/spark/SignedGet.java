@@ -166,14 +166,17 @@ final class SignedGet {
         HttpURLConnection c = request(uri, key, length, ZonedDateTime.now(ZoneOffset.UTC));
         REQUESTS.incrementAndGet();
         AtomicBoolean expired = new AtomicBoolean();
-        ScheduledFuture<?> watchdog = WATCHDOG.schedule(() -> {
+        // Repeated until the GET ends: a disconnect while the connection is still being
+        // made has nothing to close yet.
+        ScheduledFuture<?> watchdog = WATCHDOG.scheduleWithFixedDelay(() -> {
             expired.set(true);
             c.disconnect();
-        }, limits.requestMs(), TimeUnit.MILLISECONDS);
+        }, limits.requestMs(), Math.min(1000, limits.requestMs()), TimeUnit.MILLISECONDS);
         try {
             return exchange(c, key, length);
-        } catch (IOException e) {
+        } catch (IOException | RuntimeException e) {
             if (expired.get()) {
+                // Whatever the connection, closed under it, threw.
                 SocketTimeoutException late = new SocketTimeoutException(
                     "txlog: GET s3a://" + bucket + "/" + key + " from " + endpoint + " took "
                     + "longer than " + limits.requestMs() + " ms (fs.s3a.connection.request"
