@@ -8,6 +8,7 @@ import java.util.Map;
 import java.util.Objects;
 import java.util.TreeMap;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.TimeUnit;
 
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.FileSystem;
@@ -42,6 +43,11 @@ final class ObjectFileSystems {
     /** Whether whole-object reads on S3 may use {@link SignedGet} instead of S3A where
      * the settings allow (true by default; false: always S3A). */
     static final String SIGNED_GET = "txlog.scan.s3a.signed.get";
+    private static final String CREDENTIAL_PATH = "hadoop.security.credential.provider.path";
+    private static final String S3A_IMPL = "org.apache.hadoop.fs.s3a.S3AFileSystem";
+    /** Encryption the store undoes itself on a GET: no headers, the same bytes. */
+    private static final java.util.Set<String> PLAIN_ENCRYPTION =
+        java.util.Set.of("", "NONE", "SSE-S3", "AES256", "SSE-KMS", "DSSE-KMS");
     private static final String SIMPLE_PROVIDER =
         "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider";
 
@@ -63,7 +69,7 @@ final class ObjectFileSystems {
         URI uri = path.toUri();
         String stream = conf.getTrimmed(STREAM_TYPE, DEFAULT_STREAM_TYPE);
         if (!"s3a".equalsIgnoreCase(uri.getScheme()) || uri.getAuthority() == null
-            || stream.isEmpty() || SHARED.equalsIgnoreCase(stream)) {
+            || shared(conf)) {
             return path.getFileSystem(conf);
         }
         String bucket = uri.getAuthority();
@@ -113,19 +119,23 @@ final class ObjectFileSystems {
      * S3A, or null where S3A must: not s3a, turned off ({@link #SIGNED_GET}, or the shared
      * filesystem asked for), or settings this client does not implement. It implements
      * static keys (no session token, no other credentials provider), an endpoint and a
-     * region given, and no proxy, SSE-C, requester-pays or custom signer; anything else
+     * region given (an endpoint without a path), and nothing that changes where a GET goes
+     * or what its bytes mean (see {@link #needsS3a}: proxies, access points, SSE-C and
+     * client-side encryption, signers, custom headers, other S3A clients); anything else
      * (instance credentials, AWS's default endpoint) keeps S3A.
      */
     static SignedGet signedGet(Path path, Configuration conf) throws IOException {
         URI uri = path.toUri();
         String bucket = uri.getAuthority();
         if (!"s3a".equalsIgnoreCase(uri.getScheme()) || bucket == null
-            || !conf.getBoolean(SIGNED_GET, true)
-            || SHARED.equalsIgnoreCase(conf.getTrimmed(STREAM_TYPE, DEFAULT_STREAM_TYPE))) {
+            || !conf.getBoolean(SIGNED_GET, true) || shared(conf) || proxied()) {
             return null;
         }
         Map<String, String> s3a = new TreeMap<>(conf.getPropsWithPrefix("fs.s3a."));
-        List<Object> key = Arrays.asList(bucket, s3a);
+        // The credential providers and the user decide which keys getPassword finds.
+        List<Object> key = Arrays.asList(
+            bucket, s3a, conf.getTrimmed(CREDENTIAL_PATH, ""),
+            UserGroupInformation.getCurrentUser().getShortUserName());
         java.util.Optional<SignedGet> known = SIGNED.get(key);
         if (known != null) {
             return known.orElse(null);
@@ -139,20 +149,73 @@ final class ObjectFileSystems {
         }
     }
 
+    /** Whether txlog's reads go through the filesystem the application shares (also
+     * where the stream type is set but empty). */
+    private static boolean shared(Configuration conf) {
+        String stream = conf.getTrimmed(STREAM_TYPE, DEFAULT_STREAM_TYPE);
+        return stream.isEmpty() || SHARED.equalsIgnoreCase(stream);
+    }
+
+    /** Whether this JVM or its environment names an HTTP proxy, which S3A's client may use
+     * and the signed GET does not. */
+    private static boolean proxied() {
+        for (String p : new String[] {"http.proxyHost", "https.proxyHost"}) {
+            String v = System.getProperty(p);
+            if (v != null && !v.isBlank()) {
+                return true;
+            }
+        }
+        for (String e : new String[] {"HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy"}) {
+            String v = System.getenv(e);
+            if (v != null && !v.isBlank()) {
+                return true;
+            }
+        }
+        return false;
+    }
+
+    /**
+     * Whether a setting changes where S3A sends a GET, how it signs it or what the bytes
+     * it gets mean, none of which the signed GET implements.
+     */
+    private static boolean needsS3a(Configuration conf, String bucket, String endpoint) {
+        String encryption = (s3a(conf, bucket, "encryption.algorithm").isEmpty()
+            ? s3a(conf, bucket, "server-side-encryption-algorithm")
+            : s3a(conf, bucket, "encryption.algorithm")).toUpperCase(java.util.Locale.ROOT);
+        String impl = conf.getTrimmed("fs.s3a.impl", "");
+        return !s3a(conf, bucket, "proxy.host").isEmpty()
+            || "true".equalsIgnoreCase(s3a(conf, bucket, "requester.pays.enabled"))
+            || !PLAIN_ENCRYPTION.contains(encryption)
+            || !s3a(conf, bucket, "signing-algorithm").isEmpty()
+            || !s3a(conf, bucket, "s3.signing-algorithm").isEmpty()
+            || !s3a(conf, bucket, "custom.signers").isEmpty()
+            || !s3a(conf, bucket, "accesspoint.arn").isEmpty()
+            || "true".equalsIgnoreCase(s3a(conf, bucket, "accesspoint.required"))
+            || !s3a(conf, bucket, "delegation.token.binding").isEmpty()
+            || !(impl.isEmpty() || impl.equals(S3A_IMPL))
+            || !s3a(conf, bucket, "s3.client.factory.impl").isEmpty()
+            || !s3a(conf, bucket, "client.s3.custom.headers").isEmpty()
+            || "true".equalsIgnoreCase(s3a(conf, bucket, "endpoint.fips"))
+            || hasPath(endpoint);
+    }
+
+    /** Whether an endpoint names a path (a gateway at https://gw/s3), which S3A and
+     * the signed GET would address differently. */
+    private static boolean hasPath(String endpoint) {
+        int scheme = endpoint.indexOf("://");
+        String rest = scheme < 0 ? endpoint : endpoint.substring(scheme + 3);
+        int slash = rest.indexOf('/');
+        return slash >= 0 && !rest.substring(slash).replace("/", "").isEmpty()
+            || rest.contains("?") || rest.contains("#");
+    }
+
     private static SignedGet signedGetFor(String bucket, Configuration conf) throws IOException {
         String endpoint = s3a(conf, bucket, "endpoint");
         String region = s3a(conf, bucket, "endpoint.region");
         String provider = s3a(conf, bucket, "aws.credentials.provider");
         String access = secret(conf, bucket, "access.key");
         String secret = secret(conf, bucket, "secret.key");
-        String encryption = s3a(conf, bucket, "encryption.algorithm")
-            + s3a(conf, bucket, "server-side-encryption-algorithm");
-        boolean unsupported = !s3a(conf, bucket, "proxy.host").isEmpty()
-            || "true".equalsIgnoreCase(s3a(conf, bucket, "requester.pays.enabled"))
-            || encryption.toUpperCase(java.util.Locale.ROOT).contains("SSE-C")
-            || !s3a(conf, bucket, "signing-algorithm").isEmpty()
-            || !s3a(conf, bucket, "s3.signing-algorithm").isEmpty()
-            || !s3a(conf, bucket, "custom.signers").isEmpty()
+        boolean unsupported = needsS3a(conf, bucket, endpoint)
             || !secret(conf, bucket, "session.token").isEmpty();
         if (endpoint.isEmpty() || region.isEmpty() || access.isEmpty() || secret.isEmpty()
             || !(provider.isEmpty() || provider.equals(SIMPLE_PROVIDER)) || unsupported) {
@@ -167,7 +230,47 @@ final class ObjectFileSystems {
         }
         boolean pathStyle = "true".equalsIgnoreCase(s3a(conf, bucket, "path.style.access"));
         return new SignedGet(endpoint, bucket, pathStyle, region, access, secret,
-                             java.time.Duration.ofSeconds(60));
+                             limits(conf, bucket));
+    }
+
+    /**
+     * S3A's retry and timeout settings as the signed GET applies them: 1 +
+     * {@code attempts.maximum} attempts (default 3 retries), connecting within
+     * {@code connection.establish.timeout} (30 s), at most {@code connection.timeout}
+     * (200 s) without a byte, and each GET done within {@code connection.request.timeout}
+     * (60 s; 0 there means no limit in S3A, which here is 60 s too).
+     */
+    static SignedGet.Limits limits(Configuration conf, String bucket) {
+        String own = "fs.s3a.bucket." + bucket + ".attempts.maximum";
+        int retries = conf.getInt(
+            conf.getTrimmed(own) != null ? own : "fs.s3a.attempts.maximum", 3);
+        long connect = duration(conf, bucket, "connection.establish.timeout", 30_000,
+                                TimeUnit.MILLISECONDS);
+        long read = duration(conf, bucket, "connection.timeout", 200_000, TimeUnit.MILLISECONDS);
+        long request = duration(conf, bucket, "connection.request.timeout", 60_000,
+                                TimeUnit.MILLISECONDS);
+        return new SignedGet.Limits(
+            (int) Math.max(1, Math.min(100, 1L + Math.max(0, retries))),
+            (int) Math.max(1, Math.min(Integer.MAX_VALUE, connect)),
+            (int) Math.max(1, Math.min(Integer.MAX_VALUE, read)),
+            request > 0 ? request : 60_000);
+    }
+
+    /** A duration S3A setting (such as 60s; milliseconds if bare). */
+    private static long duration(Configuration conf, String bucket, String name, long dflt,
+                                 TimeUnit unit) {
+        String own = "fs.s3a.bucket." + bucket + "." + name;
+        String key = conf.getTrimmed(own) != null ? own : "fs.s3a." + name;
+        String v = conf.getTrimmed(key, "");
+        if (v.isEmpty()) {
+            return dflt;
+        }
+        try {
+            return conf.getTimeDuration(key, dflt, unit);
+        } catch (NumberFormatException e) {
+            throw new IllegalArgumentException("txlog: the S3A setting " + key + "=" + v
+                + " is not a number or a duration such as 60s; correct it", e);
+        }
     }
 
     /** An S3A setting as S3A reads it: the bucket's own, else the general one ("" if none). */

@@ -6,6 +6,7 @@ import java.io.IOException;
 import java.io.InputStream;
 import java.io.InterruptedIOException;
 import java.net.HttpURLConnection;
+import java.net.SocketTimeoutException;
 import java.net.URI;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.AccessDeniedException;
@@ -15,7 +16,10 @@ import java.time.Duration;
 import java.time.ZoneOffset;
 import java.time.ZonedDateTime;
 import java.time.format.DateTimeFormatter;
+import java.util.concurrent.ScheduledFuture;
+import java.util.concurrent.ScheduledThreadPoolExecutor;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
@@ -43,8 +47,26 @@ final class SignedGet {
     private static final DateTimeFormatter STAMP =
         DateTimeFormatter.ofPattern("yyyyMMdd'T'HHmmss'Z'");
     private static final Pattern CODE = Pattern.compile("<Code>([^<]{1,100})</Code>");
-    private static final int ATTEMPTS = 4;
+    private static final Pattern RANGE = Pattern.compile(
+        "bytes (\\d{1,18})-(\\d{1,18})/(\\d{1,18}|\\*)");
     private static final AtomicLong REQUESTS = new AtomicLong();
+    /** Closes the connections of GETs over their deadline (one daemon thread per JVM). */
+    private static final ScheduledThreadPoolExecutor WATCHDOG = watchdog();
+
+    /**
+     * How often and how long a GET is tried: {@code attempts} in all, each connecting
+     * within {@code connectMs}, waiting at most {@code readMs} for any byte, and done
+     * within {@code requestMs} from start to last byte.
+     */
+    record Limits(int attempts, int connectMs, int readMs, long requestMs) {
+        Limits {
+            if (attempts < 1 || connectMs < 1 || readMs < 1 || requestMs < 1) {
+                throw new IllegalArgumentException("txlog: GET limits must be positive: "
+                    + attempts + " attempts, " + connectMs + "/" + readMs + "/" + requestMs
+                    + " ms; check fs.s3a.attempts.maximum and the fs.s3a.connection timeouts");
+            }
+        }
+    }
 
     private final String endpoint;   // scheme://host[:port], no trailing slash
     private final String bucket;
@@ -52,18 +74,42 @@ final class SignedGet {
     private final String region;
     private final String accessKey;
     private final byte[] secret;     // "AWS4" + secret key
-    private final int timeoutMs;
+    private final Limits limits;
     private volatile DayKey dayKey;
 
     SignedGet(String endpoint, String bucket, boolean pathStyle, String region,
               String accessKey, String secretKey, Duration timeout) {
+        this(endpoint, bucket, pathStyle, region, accessKey, secretKey,
+             new Limits(4, millis(timeout), millis(timeout), millis(timeout)));
+    }
+
+    SignedGet(String endpoint, String bucket, boolean pathStyle, String region,
+              String accessKey, String secretKey, Limits limits) {
         this.endpoint = endpoint;
         this.bucket = bucket;
         this.pathStyle = pathStyle;
         this.region = region;
         this.accessKey = accessKey;
         this.secret = ("AWS4" + secretKey).getBytes(StandardCharsets.UTF_8);
-        this.timeoutMs = (int) Math.min(Integer.MAX_VALUE, timeout.toMillis());
+        this.limits = limits;
+    }
+
+    private static int millis(Duration d) {
+        return (int) Math.max(1, Math.min(Integer.MAX_VALUE, d.toMillis()));
+    }
+
+    private static ScheduledThreadPoolExecutor watchdog() {
+        ScheduledThreadPoolExecutor w = new ScheduledThreadPoolExecutor(1, r -> {
+            Thread t = new Thread(r, "txlog-get-deadline");
+            t.setDaemon(true);
+            return t;
+        });
+        w.setRemoveOnCancelPolicy(true);  // most GETs finish in time: drop their timers
+        return w;
+    }
+
+    Limits limits() {
+        return limits;
     }
 
     /** GET requests sent by every instance in this JVM (tests count them). */
@@ -82,68 +128,168 @@ final class SignedGet {
     }
 
     /**
-     * The first {@code length} bytes of {@code key}. A missing object raises
-     * FileNotFoundException, a shorter one EOFException, refused credentials
-     * AccessDeniedException; server errors and broken connections are retried.
+     * The first {@code length} bytes of {@code key}. A missing object (HTTP 404 NoSuchKey,
+     * or a 404 without an S3 error) raises FileNotFoundException, a shorter one
+     * EOFException, refused credentials AccessDeniedException; any other 404 (such as
+     * NoSuchBucket: a wrong bucket, endpoint or addressing) is an IOException naming the
+     * code. Retried: server errors (5xx, 429), requests that fail to connect or to
+     * answer, bodies cut short or broken while being read, and requests over the deadline.
      */
     byte[] read(String key, int length) throws IOException {
         URI uri = uri(key);
         IOException last = null;
-        for (int attempt = 0; attempt < ATTEMPTS; attempt++) {
+        for (int attempt = 0; attempt < limits.attempts(); attempt++) {
             if (attempt > 0) {
                 backoff(attempt);
             }
             if (Thread.currentThread().isInterrupted()) {
                 throw new InterruptedIOException("txlog: interrupted before reading " + uri);
             }
-            HttpURLConnection c;
-            int status;
             try {
-                c = request(uri, key, length, ZonedDateTime.now(ZoneOffset.UTC));
-                REQUESTS.incrementAndGet();
-                status = c.getResponseCode();
-            } catch (IOException e) {
-                last = e;  // a GET is safe to repeat
-                continue;
-            }
-            InputStream stream = status < 400 ? c.getInputStream() : c.getErrorStream();
-            try (InputStream body = stream != null ? stream : InputStream.nullInputStream()) {
-                if (status == 200 || status == 206) {
-                    byte[] data = body.readNBytes(length);
-                    if (data.length < length) {
-                        throw new EOFException("txlog: s3a://" + bucket + "/" + key + " ends at "
-                                               + "byte " + data.length + ", before byte " + length);
-                    }
-                    return data;
-                }
-                String code = errorCode(body);
-                String what = "txlog: GET s3a://" + bucket + "/" + key + " from " + endpoint
-                    + " answered HTTP " + status + (code.isEmpty() ? "" : " " + code);
-                if (status == 404) {
-                    throw new FileNotFoundException(what);
-                }
-                if (status == 416) {
-                    throw new EOFException(what + " (the object is shorter than " + length
-                                           + " bytes)");
-                }
-                if (status == 401 || status == 403) {
-                    throw new AccessDeniedException(uri.toString(), null, what + ": the store "
-                        + "refused the credentials; check the key and secret in storage_options "
-                        + "(or the bucket's fs.s3a access.key and secret.key)");
-                }
-                last = new IOException(what);
-                if (status < 500 && status != 429) {
-                    throw last;
-                }
+                return once(uri, key, length);
+            } catch (Retry r) {
+                last = r.cause;  // a GET is safe to repeat; each attempt reads a fresh array
             }
         }
+        if (last instanceof EOFException) {
+            throw new EOFException(last.getMessage() + " (in each of " + limits.attempts()
+                                   + " attempts)");
+        }
         throw new IOException("txlog: GET s3a://" + bucket + "/" + key + " from " + endpoint
-                              + " failed " + ATTEMPTS + " times; the last error: " + last, last);
+                              + " failed " + limits.attempts() + " times; the last error: "
+                              + last, last);
     }
 
-    private static void backoff(int attempt) throws InterruptedIOException {
+    /** One GET, abandoned (its connection closed) once it takes longer than the deadline,
+     * so that a server sending a byte now and then cannot hold the task. */
+    private byte[] once(URI uri, String key, int length) throws IOException {
+        HttpURLConnection c = request(uri, key, length, ZonedDateTime.now(ZoneOffset.UTC));
+        REQUESTS.incrementAndGet();
+        AtomicBoolean expired = new AtomicBoolean();
+        // Repeated until the GET ends: a disconnect while the connection is still being
+        // made has nothing to close yet.
+        ScheduledFuture<?> watchdog = WATCHDOG.scheduleWithFixedDelay(() -> {
+            expired.set(true);
+            c.disconnect();
+        }, limits.requestMs(), Math.min(1000, limits.requestMs()), TimeUnit.MILLISECONDS);
         try {
-            TimeUnit.MILLISECONDS.sleep(50L << attempt);
+            return exchange(c, key, length);
+        } catch (IOException | RuntimeException e) {
+            if (expired.get()) {
+                // Whatever the connection, closed under it, threw.
+                SocketTimeoutException late = new SocketTimeoutException(
+                    "txlog: GET s3a://" + bucket + "/" + key + " from " + endpoint + " took "
+                    + "longer than " + limits.requestMs() + " ms (fs.s3a.connection.request"
+                    + ".timeout) and was abandoned");
+                late.initCause(e);
+                throw new Retry(late);
+            }
+            if (e instanceof Retry) {
+                c.disconnect();  // a broken connection is not kept alive for the next GET
+            }
+            throw e;
+        } finally {
+            watchdog.cancel(false);
+        }
+    }
+
+    private byte[] exchange(HttpURLConnection c, String key, int length) throws IOException {
+        int status;
+        try {
+            status = c.getResponseCode();
+        } catch (IOException e) {
+            throw new Retry(e);
+        }
+        String what = "txlog: GET s3a://" + bucket + "/" + key + " from " + endpoint
+            + " answered HTTP " + status;
+        if (status == 200 || status == 206) {
+            // The object's length where the answer says it, else -1.
+            long size = status == 206 ? checkRange(c, what, length) : c.getContentLengthLong();
+            byte[] data;
+            try (InputStream body = c.getInputStream()) {
+                data = body.readNBytes(length);
+            } catch (IOException e) {
+                throw new Retry(e);
+            }
+            if (data.length < length) {
+                EOFException eof = new EOFException("txlog: s3a://" + bucket + "/" + key
+                    + " ends at byte " + data.length + ", before byte " + length);
+                if (size == data.length) {
+                    throw eof;  // the object is that short
+                }
+                throw new Retry(eof);  // the body ended before the length it was sent with
+            }
+            return data;
+        }
+        String code;
+        InputStream stream = c.getErrorStream();
+        try (InputStream body = stream != null ? stream : InputStream.nullInputStream()) {
+            code = errorCode(body);
+        } catch (IOException e) {
+            throw new Retry(e);
+        }
+        what += code.isEmpty() ? "" : " " + code;
+        if (status == 404) {
+            if (code.isEmpty() || "NoSuchKey".equals(code)) {
+                throw new FileNotFoundException(what);
+            }
+            throw new IOException(what + ": the bucket or the request's address is wrong, "
+                + "not the object missing; check the bucket name and the fs.s3a endpoint and "
+                + "path.style.access settings (storage_options)");
+        }
+        if (status == 416) {
+            throw new EOFException(what + " (the object is shorter than " + length + " bytes)");
+        }
+        if (status == 401 || status == 403) {
+            throw new AccessDeniedException(c.getURL().toString(), null, what + denied(code));
+        }
+        if (status >= 500 || status == 429) {
+            throw new Retry(new IOException(what));
+        }
+        throw new IOException(what);
+    }
+
+    /** What to do about a refusal with S3 error {@code code}. */
+    private static String denied(String code) {
+        if ("RequestTimeTooSkewed".equals(code)) {
+            return ": this machine's clock differs from the store's by too much for a signed "
+                + "request; check the clock (NTP) of this executor";
+        }
+        if (code.isEmpty() || "SignatureDoesNotMatch".equals(code)
+            || "InvalidAccessKeyId".equals(code)) {
+            return ": the store refused the credentials; check the key and secret in "
+                + "storage_options (or the bucket's fs.s3a access.key and secret.key)";
+        }
+        return ": the store refused the request; check the credentials in storage_options "
+            + "(or the bucket's fs.s3a access.key and secret.key) and what the bucket's "
+            + "policy allows them";
+    }
+
+    /**
+     * The object's length from a 206's Content-Range (-1 if the server does not say it),
+     * after checking that the range starts at byte 0 and ends at {@code length - 1}, or
+     * earlier only where the object ends there.
+     */
+    private static long checkRange(HttpURLConnection c, String what, int length)
+        throws IOException {
+        String header = c.getHeaderField("Content-Range");
+        Matcher m = header == null ? null : RANGE.matcher(header.trim());
+        if (m != null && m.matches()) {
+            long first = Long.parseLong(m.group(1));
+            long last = Long.parseLong(m.group(2));
+            long size = "*".equals(m.group(3)) ? -1 : Long.parseLong(m.group(3));
+            if (first == 0 && (last == length - 1 || (last < length - 1 && size == last + 1))) {
+                return size;
+            }
+        }
+        throw new IOException(what + " with Content-Range " + header + ", not bytes 0-"
+            + (length - 1) + " as asked; a proxy or gateway between here and the store "
+            + "changes ranged GETs: set txlog.scan.s3a.signed.get=false to read through S3A");
+    }
+
+    private void backoff(int attempt) throws InterruptedIOException {
+        try {
+            TimeUnit.MILLISECONDS.sleep(50L << Math.min(attempt, 5));  // 0.1 s to 1.6 s
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
             throw new InterruptedIOException("txlog: interrupted between retries of a GET");
@@ -156,6 +302,17 @@ final class SignedGet {
         return m.find() ? m.group(1) : "";
     }
 
+    /** An error after which the GET is sent again. */
+    private static final class Retry extends IOException {
+        private static final long serialVersionUID = 1L;
+        final IOException cause;
+
+        Retry(IOException cause) {
+            super(cause);
+            this.cause = cause;
+        }
+    }
+
     private HttpURLConnection request(URI uri, String key, int length, ZonedDateTime now)
         throws IOException {
         String range = "bytes=0-" + (length - 1);
@@ -164,8 +321,8 @@ final class SignedGet {
         HttpURLConnection c = (HttpURLConnection) uri.toURL().openConnection();
         c.setInstanceFollowRedirects(false);
         c.setUseCaches(false);
-        c.setConnectTimeout(timeoutMs);
-        c.setReadTimeout(timeoutMs);
+        c.setConnectTimeout(limits.connectMs());
+        c.setReadTimeout(limits.readMs());
         c.setRequestProperty("Range", range);
         c.setRequestProperty("x-amz-content-sha256", EMPTY_SHA256);
         c.setRequestProperty("x-amz-date", stamp);
