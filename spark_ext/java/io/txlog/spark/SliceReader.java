@@ -176,10 +176,19 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
         int offset = (int) (pos - batchStart);
         // A row group decoded by txlog's decoder may hold more rows than a batch.
         int rows = (int) Math.min(Math.min(batchRows - offset, end - pos), batchSize);
-        current = assemble(direct != null ? direct.group(directGroup) : file.resultBatch(),
-                           offset, rows);
+        current = assemble(direct != null ? directBatch() : file.resultBatch(), offset, rows);
         pos += rows;
         return true;
+    }
+
+    /** The current row group of the object txlog's decoder reads, decoded (row groups a
+     * slice starts beyond are passed over undecoded). */
+    private ColumnarBatch directBatch() throws IOException {
+        try {
+            return direct.group(directGroup);
+        } catch (CompactReader.Damaged | PageDecoder.Unsupported | RuntimeException e) {
+            throw unreadable(e);  // its checksum held: opening it checked that
+        }
     }
 
     private IOException truncated(long rows) {
