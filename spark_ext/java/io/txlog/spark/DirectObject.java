@@ -30,7 +30,8 @@ final class DirectObject {
 
     /** Objects with more rows than this (or than MAX_RATIO rows per stored byte, beyond
      * 64 Ki rows) are left to Spark's reader: this decoder holds a few arrays of every row
-     * of the object at once, and a footer's row count costs nothing to inflate. */
+     * of a row group at once (one row group may hold all of the object's rows), and a
+     * footer's row count costs nothing to inflate. */
     static final long MAX_ROWS = 1L << 22;
     /** The most bytes an object's pages may decompress into: that of txlog's Python reader
      * (fetch.max.bytes's default, or 64 times the object's size). */
