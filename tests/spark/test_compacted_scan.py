@@ -26,8 +26,9 @@ Row = tuple[Any, ...]
 TOPIC = "k"
 
 
-def write(url: str, rng: random.Random, txns: int) -> None:
-    """``txns`` transactions of 1-6 records over two partitions, every third aborted."""
+def write(url: str, rng: random.Random, txns: int, *, headers: bool = True) -> None:
+    """``txns`` transactions of 1-6 records over two partitions, every third aborted;
+    with ``headers``, every other record has one."""
     log = txlog.connect(url)
     if TOPIC not in log.list_topics():
         log.create_topic(TOPIC, partitions=2)
@@ -36,9 +37,9 @@ def write(url: str, rng: random.Random, txns: int) -> None:
     for i in range(txns):
         p.begin_transaction()
         for j in range(rng.randint(1, 6)):
-            headers = [("h", f"{i}".encode())] if j % 2 else None
+            hs = [("h", f"{i}".encode())] if headers and j % 2 else None
             p.send(TOPIC, f"v{i}-{j}".encode(), key=f"k{j}".encode(),
-                   partition=rng.randrange(2), headers=headers, timestamp_ms=1_000 + i)
+                   partition=rng.randrange(2), headers=hs, timestamp_ms=1_000 + i)
         p.flush()
         p.abort_transaction() if i % 3 == 1 else p.commit_transaction()
     p.close()
@@ -259,3 +260,26 @@ def test_segments_of_many_row_groups_read_alike_through_both_paths(
         if "startingOffsets" not in options:
             assert python == want
         assert load(spark, "txlog_python", url, **options).count() == len(jvm)
+
+
+def test_a_segments_runs_are_read_by_txlogs_decoder(spark: Any, tmp_path: Path) -> None:
+    """A compacted topic without headers: its segments' consecutive runs are decoded by
+    txlog's own decoder (none by Spark's Parquet reader), with the consumer's rows, also
+    for ranges that start inside runs."""
+    from test_direct_decode import decoded_by
+
+    seed = 3208
+    print(f"seed={seed}")
+    url = str(tmp_path / "plain")
+    write(url, random.Random(seed), 30, headers=False)
+    want = consume(url)
+    assert compact(url) == 2
+    assert consume(url) == want
+    for start in (0, 3, 7):
+        offsets = json.dumps({TOPIC: {"0": start, "1": start}})
+        df = load(spark, "txlog", url, startingOffsets=offsets).select(
+            "partition", "offset", "key", "value", "headers", "timestamp")
+        df.collect()  # the metrics of this query's own scan
+        direct, parquet = decoded_by(df)
+        assert parquet == 0 and direct >= 2, (start, direct, parquet)
+        assert spark_rows(df) == [r for r in want if r[1] >= start], start

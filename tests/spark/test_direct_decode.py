@@ -47,8 +47,10 @@ def build(url: str, seed: int) -> int:
             stamps = [rng.randrange(1, 10**12) if stamped and rng.random() < 0.9 else None
                       for _ in range(n)]
             headered = rng.random() < 0.25
-            headers = [[("h", b"x"), ("n", None)] if headered and j % 2 else None
-                       for j in range(n)]
+            # Null headers (as records without headers are stored), and in headered batches
+            # some empty lists too: Spark reads those as [] and the null ones as null.
+            headers = [[("h", b"x"), ("n", None)] if headered and j % 2
+                       else [] if headered and j % 4 == 0 else None for j in range(n)]
             with_headers += headered
             p.send_batch("d", pa.table([pa.array(keys, pa.binary()),
                                         pa.array(values, pa.binary()),
@@ -58,6 +60,14 @@ def build(url: str, seed: int) -> int:
         p.flush()
         p.abort_transaction() if i % 4 == 3 else p.commit_transaction()
     return with_headers
+
+
+def header_kinds(df: Any) -> list[tuple[int, int, str]]:
+    """Per row (partition, offset) whether its headers are null, an empty list or a list
+    with entries (spark_rows, as the consumer, reads null as empty)."""
+    rows = df.selectExpr("partition", "offset", "headers").collect()
+    return sorted((r[0], r[1], "null" if r[2] is None else "empty" if len(r[2]) == 0
+                   else "entries") for r in rows)
 
 
 def decoded_by(df: Any) -> tuple[int, int]:
@@ -106,6 +116,7 @@ def test_both_decoders_read_what_the_consumer_reads(
     want = consume(url, ["d"])
     objects = 2 * 9  # committed transactions x partitions
     key = "spark.sql.parquet.columnarReaderBatchSize"
+    kinds: dict[str | None, list[tuple[int, int, str]]] = {}
     try:
         for name, batch in ((None, "4096"), ("parquet", "4096"), ("txlog", "7")):
             decoder(name)
@@ -119,6 +130,9 @@ def test_both_decoders_read_what_the_consumer_reads(
                 assert (direct, parquet) == (0, objects)
             else:  # only the objects of batches with headers fall back
                 assert direct + parquet == objects and 0 < parquet < objects, (direct, parquet)
+            kinds[name] = header_kinds(df)
+        assert {k for _, _, k in kinds["parquet"]} == {"null", "empty", "entries"}
+        assert kinds[None] == kinds["parquet"] == kinds["txlog"]
         # Slices starting and ending inside objects (and their row groups).
         rng = random.Random(99)
         high = max(r[2] for r in want) + 1

@@ -67,6 +67,7 @@ class DirectDecodeTest {
         double nullValues;
         double nullTimestamps;
         double withHeaders;
+        int headersFrom;  // rows before this one have no headers
         int distinctKeys = 50;
         MessageType schema = KAFKA;
     }
@@ -100,7 +101,7 @@ class DirectDecodeTest {
                 if (value != null) {
                     g.append("value", Binary.fromConstantByteArray(value));
                 }
-                if (rng.nextDouble() < s.withHeaders) {
+                if (rng.nextDouble() < s.withHeaders && i >= s.headersFrom) {
                     Group list = g.addGroup("headers");
                     StringBuilder hs = new StringBuilder("[");
                     for (int h = rng.nextInt(3); h > 0; h--) {
@@ -235,6 +236,59 @@ class DirectDecodeTest {
     }
 
     @Test
+    void anObjectIsDecodedARowGroupAtATime() throws Exception {
+        Shape s = new Shape();
+        s.rowGroupSize = 64 << 10;
+        s.pageSize = 8 << 10;
+        List<String> want = new ArrayList<>();
+        String[] f = object("groups", 20_000, s, new Random(11), 0, 0, 20_000, want);
+        byte[] data = Files.readAllBytes(java.nio.file.Paths.get(new Path(f[0]).toUri()));
+        ObjectFooter footer = ObjectFooter.read(data, data.length);
+        long largestGroup = 0;
+        for (ObjectFooter.RowGroup g : footer.rowGroups) {
+            long stored = 0;
+            for (ObjectFooter.Chunk c : g.chunks) {
+                stored += c.compressed;
+            }
+            largestGroup = Math.max(largestGroup, stored);
+        }
+        assertTrue(footer.rowGroups.size() >= 4, footer.rowGroups.size() + " row groups");
+        StructType stored = OutputColumn.storedSchema(OutputColumn.plan(READ, true));
+        DirectObject o = DirectObject.decode(data, stored);
+        assertEquals(footer.rowGroups.size(), o.groupCount());
+        long rows = 0;
+        for (int g = 0; g < o.groupCount(); g++) {
+            assertEquals(o.groupRows(g), o.group(g).numRows());
+            rows += o.groupRows(g);
+            // About one row group's pages at a time (values of random bytes hardly compress).
+            assertTrue(o.decodedBytesHeld() <= 2 * largestGroup, "row group " + g + ": "
+                       + o.decodedBytesHeld() + " decoded bytes held, the largest row group "
+                       + "stores " + largestGroup);
+        }
+        assertEquals(20_000, rows);
+        try (SliceReader r = reader(java.util.Collections.singletonList(f), 4096, "txlog")) {
+            assertEquals(want, rows(r, 4096));
+            assertEquals(1, r.objectsDecodedDirectly());
+        }
+    }
+
+    @Test
+    void headersInALaterRowGroupGiveTheWholeObjectToParquet() throws Exception {
+        Shape s = new Shape();
+        s.rowGroupSize = 64 << 10;
+        s.pageSize = 8 << 10;
+        s.withHeaders = 1;
+        s.headersFrom = 15_000;
+        List<String> want = new ArrayList<>();
+        String[] f = object("late", 16_000, s, new Random(12), 0, 0, 16_000, want);
+        try (SliceReader r = reader(java.util.Collections.singletonList(f), 4096, "txlog")) {
+            assertEquals(want, rows(r, 4096));
+            assertEquals(0, r.objectsDecodedDirectly());
+            assertEquals(1, r.objectsDecodedByParquet());
+        }
+    }
+
+    @Test
     void kafkaShapedObjectsAreDecodedDirectlyAndOthersByParquet() throws Exception {
         Random rng = new Random(5);
         List<String> want = new ArrayList<>();
@@ -361,33 +415,42 @@ class DirectDecodeTest {
         }
     }
 
+    /** Decodes every row group of {@code data} (a damaged page is found as its row group
+     * is decoded). */
+    private static void decodeAll(byte[] data) throws Exception {
+        DirectObject o = DirectObject.decode(data, kafkaStored());
+        for (int g = 0; g < o.groupCount(); g++) {
+            o.group(g);
+        }
+    }
+
     @Test
     void damagedObjectsAreRefusedNeverMisread() throws Exception {
         for (CompressionCodecName codec : new CompressionCodecName[] {
                 CompressionCodecName.UNCOMPRESSED, CompressionCodecName.SNAPPY}) {
             byte[] good = plainObject(codec);
             int[] at = valuePageFields(good);
-            DirectObject.decode(good, kafkaStored());  // decodes as it is
+            decodeAll(good);  // decodes as it is
 
             byte[] footerLength = good.clone();
             footerLength[good.length - 5] = 0x7f;  // the footer's length: beyond the object
             assertThrows(CompactReader.Damaged.class,
-                         () -> DirectObject.decode(footerLength, kafkaStored()));
+                         () -> decodeAll(footerLength));
 
             byte[] uncompressed = good.clone();
             maxVarint(uncompressed, at[0], at[1]);
             assertThrows(CompactReader.Damaged.class,
-                         () -> DirectObject.decode(uncompressed, kafkaStored()));
+                         () -> decodeAll(uncompressed));
 
             byte[] compressed = good.clone();
             maxVarint(compressed, at[2], at[3]);
             assertThrows(CompactReader.Damaged.class,
-                         () -> DirectObject.decode(compressed, kafkaStored()));
+                         () -> decodeAll(compressed));
 
             byte[] encoding = good.clone();
             encoding[at[4]] = 0x0e;  // DELTA_BYTE_ARRAY (7)
             assertThrows(PageDecoder.Unsupported.class,
-                         () -> DirectObject.decode(encoding, kafkaStored()));
+                         () -> decodeAll(encoding));
         }
     }
 

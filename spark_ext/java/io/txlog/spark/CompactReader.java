@@ -23,6 +23,9 @@ final class CompactReader {
     /** Nesting no Parquet footer comes near: deeper input is damaged (and would recurse). */
     private static final int MAX_DEPTH = 32;
 
+    /** {@link #fieldHeader} at a struct's end; every field's header is non-negative. */
+    static final int END = -1;
+
     /** The stored bytes are not what a Parquet writer writes. */
     static final class Damaged extends Exception {
         private static final long serialVersionUID = 1L;
@@ -55,10 +58,8 @@ final class CompactReader {
     }
 
     void beginStruct() throws Damaged {
-        if (depth >= MAX_DEPTH) {
-            throw new Damaged("Thrift structures nested deeper than " + MAX_DEPTH);
-        }
-        fieldStack[depth++] = lastField;
+        enter();
+        fieldStack[depth - 1] = lastField;
         lastField = 0;
     }
 
@@ -66,15 +67,27 @@ final class CompactReader {
         lastField = fieldStack[--depth];
     }
 
-    /** The next field's header: (id << 8) | type, or -1 at the struct's end. */
+    /** Counts one more level of nesting (a struct, list, set or map): deeper is damaged. */
+    private void enter() throws Damaged {
+        if (depth >= MAX_DEPTH) {
+            throw new Damaged("Thrift structures nested deeper than " + MAX_DEPTH);
+        }
+        depth++;
+    }
+
+    /** The next field's header: (id << 8) | type, or {@link #END} at the struct's end. A
+     * negative id (only the long form can say one) is damaged: it would read as the end. */
     int fieldHeader() throws Damaged {
         int b = readByte() & 0xff;
         if (b == 0) {
-            return -1;
+            return END;
         }
         int type = b & 0x0f;
         int delta = b >>> 4;
         int id = delta != 0 ? lastField + delta : (short) zigzag32(varint32());
+        if (id < 0) {
+            throw new Damaged("a Thrift field id of " + id);
+        }
         lastField = id;
         if (type == BOOL_TRUE || type == BOOL_FALSE) {
             pendingBool = type == BOOL_TRUE ? 1 : 0;
@@ -161,9 +174,11 @@ final class CompactReader {
                 int h = listHeader();
                 int n = h >>> 4;
                 int et = h & 0x0f;
+                enter();
                 for (int i = 0; i < n; i++) {
                     skipElement(et);
                 }
+                depth--;
                 return;
             }
             case MAP: {
@@ -175,10 +190,12 @@ final class CompactReader {
                     return;
                 }
                 int kv = readByte() & 0xff;
+                enter();
                 for (int i = 0; i < n; i++) {
                     skipElement(kv >>> 4);
                     skipElement(kv & 0x0f);
                 }
+                depth--;
                 return;
             }
             case STRUCT:

@@ -1,6 +1,5 @@
 package io.txlog.spark;
 
-import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
@@ -31,7 +30,8 @@ final class DirectObject {
 
     /** Objects with more rows than this (or than MAX_RATIO rows per stored byte, beyond
      * 64 Ki rows) are left to Spark's reader: this decoder holds a few arrays of every row
-     * of the object at once, and a footer's row count costs nothing to inflate. */
+     * of a row group at once (one row group may hold all of the object's rows), and a
+     * footer's row count costs nothing to inflate. */
     static final long MAX_ROWS = 1L << 22;
     /** The most bytes an object's pages may decompress into: that of txlog's Python reader
      * (fetch.max.bytes's default, or 64 times the object's size). */
@@ -41,12 +41,26 @@ final class DirectObject {
     private enum Kind { BYTES, MILLIS, HEADERS }
 
     private final StructType stored;
-    private final List<ColumnarBatch> groups = new ArrayList<>();
-    private final List<Integer> groupRows = new ArrayList<>();
+    private final byte[] data;
+    private final List<ObjectFooter.RowGroup> rowGroups;
+    private final Map<String, Leaf> leaves;
+    private final PageDecoder.Budget budget;
+    private final long[] groupRows;
     private long rows;
+    // The one row group held decoded (its pages and arrays): the previous one is released
+    // when the next is decoded, so that a task holds about a row group, as Spark's reader.
+    private int currentGroup = -1;
+    private ColumnarBatch current;
+    private long currentBytes;  // decompressed bytes of its pages
 
-    private DirectObject(StructType stored) {
+    private DirectObject(StructType stored, byte[] data, List<ObjectFooter.RowGroup> rowGroups,
+                         Map<String, Leaf> leaves, PageDecoder.Budget budget) {
         this.stored = stored;
+        this.data = data;
+        this.rowGroups = rowGroups;
+        this.leaves = leaves;
+        this.budget = budget;
+        this.groupRows = new long[rowGroups.size()];
     }
 
     /** Whether this decoder can give every stored column of {@code stored} (as Spark reads
@@ -81,7 +95,9 @@ final class DirectObject {
         return null;
     }
 
-    /** Decodes the columns {@code stored} names of the object {@code data}. */
+    /** The object {@code data}, its footer read and every row group's pages checked for
+     * what this decoder reads (Unsupported: none of its rows are decoded); its row groups
+     * are decoded one at a time, by {@link #group}. */
     static DirectObject decode(byte[] data, StructType stored) throws Damaged, Unsupported {
         ObjectFooter footer = ObjectFooter.read(data, data.length);
         if (footer.encrypted) {
@@ -91,11 +107,11 @@ final class DirectObject {
             throw new Unsupported(footer.rows + " rows");
         }
         Map<String, Leaf> leaves = kafkaLeaves(footer.schema);
-        DirectObject o = new DirectObject(stored);
         PageDecoder.Budget budget = new PageDecoder.Budget(
             Math.max(MIN_BUDGET, MAX_RATIO * data.length));
-        for (ObjectFooter.RowGroup g : footer.rowGroups) {
-            o.addGroup(data, g, leaves, budget);
+        DirectObject o = new DirectObject(stored, data, footer.rowGroups, leaves, budget);
+        for (int g = 0; g < footer.rowGroups.size(); g++) {
+            o.check(g);
         }
         return o;
     }
@@ -197,19 +213,24 @@ final class DirectObject {
         return at + 5;
     }
 
-    private void addGroup(byte[] data, ObjectFooter.RowGroup g, Map<String, Leaf> leaves,
-                          PageDecoder.Budget budget) throws Damaged, Unsupported {
-        int n = (int) g.rows;  // bounded by MAX_ROWS through the footer's sum
+    /** The column chunks of row group {@code g} by path. */
+    private Map<String, ObjectFooter.Chunk> chunks(int g) throws Unsupported {
         Map<String, ObjectFooter.Chunk> chunks = new HashMap<>();
-        for (ObjectFooter.Chunk c : g.chunks) {
+        for (ObjectFooter.Chunk c : rowGroups.get(g).chunks) {
             if (c.external) {
                 throw new Unsupported("a column chunk in another file or encrypted");
             }
             chunks.put(c.path, c);
         }
-        ColumnVector[] cols = new ColumnVector[stored.size()];
-        for (int i = 0; i < cols.length; i++) {
-            StructField f = stored.fields()[i];
+        return chunks;
+    }
+
+    /** Checks row group {@code g}: its headers are null (txlog writes records without
+     * headers so), the pages of the other columns read are ones {@link #decodeGroup} reads. */
+    private void check(int g) throws Damaged, Unsupported {
+        int n = (int) rowGroups.get(g).rows;  // bounded by MAX_ROWS through the footer's sum
+        Map<String, ObjectFooter.Chunk> chunks = chunks(g);
+        for (StructField f : stored.fields()) {
             Kind kind = kind(f.name(), f.dataType());
             if (kind == Kind.HEADERS) {
                 Leaf k = leaves.get("headers.key");
@@ -218,11 +239,25 @@ final class DirectObject {
                                                 budget))) {
                     throw new Unsupported("records with headers");
                 }
-                cols[i] = new DecodedVectors.Nulls(f.dataType(), n);
-                continue;
+            } else if (leaves.get(f.name()) != null) {
+                decoder(data, chunks, leaves.get(f.name()), budget).check(n);
             }
+        }
+        groupRows[g] = n;
+        rows += n;
+    }
+
+    private ColumnarBatch decodeGroup(int g) throws Damaged, Unsupported {
+        int n = (int) groupRows[g];
+        Map<String, ObjectFooter.Chunk> chunks = chunks(g);
+        ColumnVector[] cols = new ColumnVector[stored.size()];
+        for (int i = 0; i < cols.length; i++) {
+            StructField f = stored.fields()[i];
+            Kind kind = kind(f.name(), f.dataType());
             Leaf leaf = leaves.get(f.name());
-            if (leaf == null) {  // the object has no such column: null, as Spark reads it
+            // Headers were found null by check; a column the object lacks is null, as Spark
+            // reads it.
+            if (kind == Kind.HEADERS || leaf == null) {
                 cols[i] = new DecodedVectors.Nulls(f.dataType(), n);
                 continue;
             }
@@ -241,9 +276,7 @@ final class DirectObject {
                 cols[i] = new DecodedVectors.Binary(f.dataType(), c);
             }
         }
-        groups.add(new ColumnarBatch(cols, n));
-        groupRows.add(n);
-        rows += n;
+        return new ColumnarBatch(cols, n);
     }
 
     private static boolean nullLists(byte[] data, Map<String, ObjectFooter.Chunk> chunks,
@@ -266,14 +299,29 @@ final class DirectObject {
     }
 
     int groupCount() {
-        return groups.size();
+        return groupRows.length;
     }
 
     int groupRows(int g) {
-        return groupRows.get(g);
+        return (int) groupRows[g];
     }
 
-    ColumnarBatch group(int g) {
-        return groups.get(g);
+    /** Row group {@code g}, decoded; the row group decoded before it is released. A page
+     * the checks did not find wanting may still be damaged. */
+    ColumnarBatch group(int g) throws Damaged, Unsupported {
+        if (g != currentGroup) {
+            current = null;  // released before the next is decoded
+            currentGroup = -1;
+            long before = budget.left;
+            current = decodeGroup(g);
+            currentGroup = g;
+            currentBytes = before - budget.left;
+        }
+        return current;
+    }
+
+    /** Decompressed bytes of the row group held decoded (for tests). */
+    long decodedBytesHeld() {
+        return current == null ? 0 : currentBytes;
     }
 }

@@ -186,6 +186,43 @@ final class PageDecoder {
         return out;
     }
 
+    /**
+     * Walks the chunk's page headers for {@code rows} flat values without decoding a page:
+     * Unsupported where a page is of a kind, codec or encoding {@link #flat} does not read,
+     * so that the object goes to Spark's reader before any of its rows are returned.
+     */
+    void check(int rows) throws Damaged, Unsupported {
+        if (maxRep != 0 || maxDef > 1) {
+            throw new Unsupported("column " + chunk.path + " is not flat");
+        }
+        if (chunk.codec != UNCOMPRESSED && chunk.codec != SNAPPY) {
+            throw new Unsupported("codec " + chunk.codec);
+        }
+        long seen = 0;
+        long p = ObjectFooter.chunkStart(chunk);
+        long stop = p + chunk.compressed;
+        while (seen < rows) {
+            int body = header(p, stop);  // each header takes a byte at least: p moves on
+            p = body + (long) compressedSize;
+            if (pageType == INDEX_PAGE) {
+                continue;
+            }
+            if (pageType == DICTIONARY_PAGE) {
+                if (encoding != PLAIN && encoding != PLAIN_DICTIONARY) {
+                    throw new Unsupported("dictionary encoding " + encoding);
+                }
+                continue;
+            }
+            if (encoding != PLAIN && encoding != PLAIN_DICTIONARY && encoding != RLE_DICTIONARY) {
+                throw new Unsupported("encoding " + encoding);
+            }
+            if (pageType == DATA_PAGE && maxDef > 0) {
+                checkLevelEncoding(defEncoding);
+            }
+            seen += numValues;
+        }
+    }
+
     /** For the nested header column: true where every row's list is null (as txlog writes
      * records without headers), false where any row has a list. */
     boolean allNullLists(int rows) throws Damaged, Unsupported {

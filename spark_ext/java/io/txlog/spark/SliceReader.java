@@ -3,15 +3,10 @@ package io.txlog.spark;
 import java.io.EOFException;
 import java.io.FileNotFoundException;
 import java.io.IOException;
-import java.nio.ByteBuffer;
-import java.nio.channels.FileChannel;
-import java.nio.file.NoSuchFileException;
-import java.nio.file.StandardOpenOption;
 import java.util.List;
 
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.ChecksumFileSystem;
-import org.apache.hadoop.fs.FSDataInputStream;
 import org.apache.hadoop.fs.FileStatus;
 import org.apache.hadoop.fs.FileSystem;
 import org.apache.hadoop.fs.Path;
@@ -19,7 +14,6 @@ import org.apache.hadoop.fs.RawLocalFileSystem;
 import org.apache.hadoop.mapred.FileSplit;
 import org.apache.hadoop.mapreduce.TaskAttemptID;
 import org.apache.hadoop.mapreduce.task.TaskAttemptContextImpl;
-import org.apache.hadoop.util.functional.FutureIO;
 import org.apache.parquet.HadoopReadOptions;
 import org.apache.parquet.ParquetReadOptions;
 import org.apache.parquet.hadoop.ParquetFileReader;
@@ -170,24 +164,25 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
         while (batchStart + batchRows <= pos) {
             batchStart += batchRows;
             if (!nextFileBatch()) {
-                throw truncated(batchStart);
+                throw ObjectErrors.truncated(part.paths[slice], batchStart, end);
             }
         }
         int offset = (int) (pos - batchStart);
         // A row group decoded by txlog's decoder may hold more rows than a batch.
         int rows = (int) Math.min(Math.min(batchRows - offset, end - pos), batchSize);
-        current = assemble(direct != null ? direct.group(directGroup) : file.resultBatch(),
-                           offset, rows);
+        current = assemble(direct != null ? directBatch() : file.resultBatch(), offset, rows);
         pos += rows;
         return true;
     }
 
-    private IOException truncated(long rows) {
-        return new IOException(
-            "txlog: batch object " + part.paths[slice] + " has " + rows
-                + " rows, but its log entry says it has at least " + end
-                + "; the object is truncated or was replaced. Check it with "
-                + "`txlog check`, or read with format('txlog'), which reports the object.");
+    /** The current row group of the object txlog's decoder reads, decoded (row groups a
+     * slice starts beyond are passed over undecoded). */
+    private ColumnarBatch directBatch() throws IOException {
+        try {
+            return direct.group(directGroup);
+        } catch (CompactReader.Damaged | PageDecoder.Unsupported | RuntimeException e) {
+            throw unreadable(e);  // its checksum held: opening it checked that
+        }
     }
 
     private boolean nextFileBatch() throws IOException {
@@ -236,7 +231,7 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
                 footerPath = part.paths[slice];
             }
             if (footerRows < end) {
-                throw truncated(footerRows);
+                throw ObjectErrors.truncated(part.paths[slice], footerRows, end);
             }
             return true;
         }
@@ -386,13 +381,15 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
             if (rowsToo && declared > 0 && declared <= WHOLE_MAX) {
                 byte[] fetched = prefetched(path, conf);
                 FileSystem fsys = fileSystem(path, conf);
-                byte[] bytes = fetched != null ? fetched : readWhole(fsys, signed, path, status);
+                byte[] bytes = fetched != null ? fetched
+                    : WholeObjects.read(fsys, signed, path, status);
                 if (fetched != null || signed != null || ReadMetrics.bypassed(fsys)) {
                     ReadMetrics.add(fsys, bytes.length);  // Spark's bytes read see them
                 }
                 whole = new ObjectBytes(bytes);
                 if (directSchema != null) {
-                    DirectObject d = decodeDirectly(path, conf, declared, whole);
+                    DirectObject d = ObjectErrors.decodeDirectly(
+                        part.paths[slice], path, conf, declared, whole, directSchema);
                     if (d != null) {
                         return new Opened(path, d);
                     }
@@ -403,7 +400,7 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
                     : HadoopInputFile.fromPath(path, conf);
             }
             stream = in.newStream();
-        } catch (FileNotFoundException | DecodeFailure e) {
+        } catch (FileNotFoundException | ObjectErrors.DecodeFailure e) {
             throw e;
         } catch (EOFException e) {  // shorter than declared
             throw openFailure(path, conf, declared, null, e);
@@ -420,40 +417,6 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
         } catch (IOException | RuntimeException e) {
             stream.close();
             throw openFailure(path, conf, declared, whole, e);
-        }
-    }
-
-    /** The object read whole decoded by txlog's decoder, or null where the decoder does not
-     * handle it (Spark's Parquet reader then reads it, as every object before). An object
-     * that fails its checksum, or whose stored sizes and counts do not hold, is an error. */
-    private DirectObject decodeDirectly(Path path, Configuration conf, long declared,
-                                        ObjectBytes whole) throws IOException {
-        try {
-            whole.verify(part.paths[slice]);
-            return DirectObject.decode(whole.bytes(), directSchema);
-        } catch (PageDecoder.Unsupported e) {
-            LOG.debug("txlog: {} is read by Spark's Parquet reader: {}", path, e.getMessage());
-            return null;
-        } catch (IOException | CompactReader.Damaged | RuntimeException e) {
-            // As Spark's reader's failures are said: another size first, then the checksum.
-            IOException failure;
-            try {
-                failure = openFailure(path, conf, declared, whole, e);
-            } catch (FileNotFoundException gone) {  // gone meanwhile
-                throw gone;
-            } catch (IOException checksum) {
-                failure = checksum;
-            }
-            throw new DecodeFailure(failure);
-        }
-    }
-
-    /** A failure of txlog's decoder, already said as the scan says it (not wrapped again). */
-    private static final class DecodeFailure extends IOException {
-        private static final long serialVersionUID = 1L;
-
-        DecodeFailure(IOException e) {
-            super(e.getMessage(), e);
         }
     }
 
@@ -516,52 +479,8 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
             FileSystem f = atRoot ? fsys : ObjectFileSystems.forWholeReads(p, conf);
             SignedGet g = atRoot ? rootGet : ObjectFileSystems.signedGet(p, conf);
             long declared = part.objectBytes[i];
-            return readWhole(f, g, p, new FileStatus(declared, false, 1, 0, 0, p));
+            return WholeObjects.read(f, g, p, new FileStatus(declared, false, 1, 0, 0, p));
         });
-    }
-
-    /** The object at {@code path}, read whole: with one signed GET where {@code signed}
-     * is given, else through {@code fsys}. */
-    private static byte[] readWhole(FileSystem fsys, SignedGet signed, Path path,
-                                    FileStatus status) throws IOException {
-        if (signed != null) {
-            return signed.read(path.toUri().getPath().substring(1), (int) status.getLen());
-        }
-        byte[] data = new byte[(int) status.getLen()];
-        if (fsys instanceof ChecksumFileSystem) {
-            fsys = ((ChecksumFileSystem) fsys).getRawFileSystem();
-        }
-        // On local disk: read the file directly (Hadoop's local file system looks it up
-        // first, and its checksummed variant looks for a .crc file beside it; txlog's
-        // objects have none, their CRC-32 is in their key).
-        if (fsys instanceof RawLocalFileSystem) {
-            readLocal(((RawLocalFileSystem) fsys).pathToFile(path).toPath(), data);
-            return data;
-        }
-        FSDataInputStream in = FutureIO.awaitFuture(
-            fsys.openFile(path).withFileStatus(status)
-                .opt("fs.option.openfile.read.policy", "whole-file").build());
-        try {
-            in.readFully(0, data);
-        } finally {
-            in.close();
-        }
-        return data;
-    }
-
-    private static void readLocal(java.nio.file.Path file, byte[] data) throws IOException {
-        try (FileChannel ch = FileChannel.open(file, StandardOpenOption.READ)) {
-            ByteBuffer buf = ByteBuffer.wrap(data);
-            while (buf.hasRemaining()) {
-                if (ch.read(buf, buf.position()) < 0) {
-                    throw new EOFException(file + " ends at byte " + buf.position());
-                }
-            }
-        } catch (NoSuchFileException e) {
-            FileNotFoundException gone = new FileNotFoundException(file + " does not exist");
-            gone.initCause(e);
-            throw gone;
-        }
     }
 
     private FileSystem fileSystem(Path path, Configuration conf) throws IOException {
@@ -572,30 +491,6 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
             signed = ObjectFileSystems.signedGet(path, conf);
         }
         return fs;
-    }
-
-    /** The error for an object that could not be read: its size if that differs from the
-     * declared one (FileNotFoundException: gone), else its checksum if it was read whole
-     * and fails it, else {@code e} as it is. */
-    private IOException openFailure(Path path, Configuration conf, long declared,
-                                     ObjectBytes whole, Exception e) throws IOException {
-        if (declared > 0) {
-            long actual = path.getFileSystem(conf).getFileStatus(path).getLen();  // FNF: gone
-            if (actual != declared) {
-                return new IOException(
-                    "txlog: cannot read batch object " + part.paths[slice] + ": it is "
-                        + actual + " bytes, but its log entry says " + declared + "; it is "
-                        + "corrupt, truncated or was replaced. Check it with `txlog check`.",
-                    e);
-            }
-        }
-        if (e instanceof FileNotFoundException) {
-            throw (FileNotFoundException) e;
-        }
-        if (whole != null) {
-            whole.verify(part.paths[slice]);  // a damaged object is named as such
-        }
-        return unreadable(e);
     }
 
     /** The current slice's object is gone: fail, or (failOnDataLoss=false) say false. */
@@ -613,10 +508,12 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
     }
 
     private IOException unreadable(Exception e) {
-        return new IOException(
-            "txlog: cannot read batch object " + part.paths[slice] + " (" + e + "); it may be "
-                + "corrupt, truncated or not of the topic's schema. Check it with `txlog check`.",
-            e);
+        return ObjectErrors.unreadable(part.paths[slice], e);
+    }
+
+    private IOException openFailure(Path path, Configuration conf, long declared,
+                                    ObjectBytes whole, Exception e) throws IOException {
+        return ObjectErrors.openFailure(part.paths[slice], path, conf, declared, whole, e);
     }
 
     private ColumnarBatch assemble(ColumnarBatch data, int offset, int rows) {
