@@ -59,8 +59,6 @@ TARGET_BATCH_ROWS = 64 * 1024
 TARGET_BATCH_BYTES = 8 * 1024 * 1024
 #: Decoded bytes of a piece of an object (a row group, or part of a large one).
 PIECE_BYTES = TARGET_BATCH_BYTES
-#: Objects, and bytes of them, fetched ahead of the one a task decodes (remote stores).
-PREFETCH = PREFETCH_OBJECTS
 
 
 class TxlogInputPartition(InputPartition):
@@ -145,7 +143,7 @@ def read_slices(store: ObjectStore, slices: Sequence[tuple[Any, ...]], shape: Ou
     rows = nbytes = 0
     reads = object_reads([FileSlice(*t) for t in slices])
     for r, raw in fetch_objects(store, reads, fail_on_data_loss=fail_on_data_loss,
-                                max_objects=PREFETCH, max_bytes=PREFETCH_BYTES):
+                                max_objects=PREFETCH_OBJECTS, max_bytes=PREFETCH_BYTES):
         if raw is None:
             continue
         obj = open_rows(raw, r.key, shape)

@@ -23,6 +23,7 @@ from txlog.declared_size import ipc_declared_size, parquet_declared_size
 from txlog.errors import ConfigError, CorruptObjectError, RecordTooLargeError
 from txlog.model import decode_entry
 from txlog.records import TopicPartition, kafka_table, largest_record
+from txlog.testing.bombs import dictionary_bomb
 
 TP = TopicPartition("t", 0)
 
@@ -124,27 +125,12 @@ def test_a_decompression_bomb_is_refused_before_decoding() -> None:
     assert decode_parquet(raw, "data/bomb.parquet").num_rows == 2_000
 
 
-def _dictionary_bomb(rows: int, value_bytes: int, *, nested: bool = False) -> bytes:
-    """One dictionary entry of ``value_bytes``, repeated ``rows`` times by a run of one
-    index: the pages hold a few bytes per run, the decoded column rows x value_bytes.
-    No Arrow schema is stored, so a reader decodes the column into plain values."""
-    d = pa.DictionaryArray.from_arrays(pa.array([0] * rows, pa.int32()),
-                                       pa.array([b"\1" * value_bytes], pa.binary()))
-    table = pa.table({"value": d})
-    if nested:  # the same inside a list column: one row holds every value
-        table = pa.table({"value": pa.ListArray.from_arrays(pa.array([0, rows], pa.int32()),
-                                                             d)})
-    sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, compression="snappy", store_schema=False)
-    return bytes(sink.getvalue().to_pybytes())
-
-
 @pytest.mark.parametrize("nested", [False, True], ids=["flat", "in-a-list"])
 def test_a_dictionary_expansion_bomb_is_refused_with_bounded_memory(nested: bool) -> None:
     """Its pages declare what they decompress into, which passes the declared-size check;
     expanding the dictionary is what would allocate (here 400 MB): refused, with the
     memory used staying near the limit, not the expansion."""
-    raw = _dictionary_bomb(4_000, 100_000, nested=nested)
+    raw = dictionary_bomb(4_000, 100_000, nested=nested)
     assert len(raw) < 20_000 and parquet_declared_size(
         raw, pq.ParquetFile(pa.BufferReader(raw)).metadata) < 1_000_000
     pool = pa.default_memory_pool()
@@ -154,7 +140,7 @@ def test_a_dictionary_expansion_bomb_is_refused_with_bounded_memory(nested: bool
     # (the pool's high-water mark: the whole expansion would have raised it by 400 MB)
     assert (pool.max_memory() or 0) - before < 100_000_000
     # Within the limit the same shape decodes, to its plain values.
-    small = decode_parquet(_dictionary_bomb(50, 100_000, nested=nested), "data/ok.parquet",
+    small = decode_parquet(dictionary_bomb(50, 100_000, nested=nested), "data/ok.parquet",
                            fetch_max_bytes=10_000_000)
     assert small.num_rows == (1 if nested else 50)
 

@@ -30,6 +30,7 @@ from txlog.batch_codec import decode_parquet, encode_parquet
 from txlog.batch_rows import BatchRows
 from txlog.errors import CorruptObjectError, OffsetOutOfRangeError, RecordTooLargeError
 from txlog.records import KAFKA_SCHEMA
+from txlog.testing.bombs import dictionary_bomb
 
 SHAPE = OutputShape(True, True, KAFKA_SCHEMA, json.dumps(kafka_spark_schema(True).jsonValue()))
 
@@ -375,30 +376,16 @@ def test_object_reads_group_consecutive_slices_of_one_object() -> None:
     assert all(isinstance(r, ObjectRead) and r.size == 9 for r in object_reads(s))
 
 
-def _dictionary_bomb(rows: int, value_bytes: int, *, nested: bool) -> bytes:
-    """One dictionary entry of ``value_bytes`` repeated ``rows`` times (a few bytes of
-    pages that decode into rows x value_bytes)."""
-    d = pa.DictionaryArray.from_arrays(pa.array([0] * rows, pa.int32()),
-                                       pa.array([b"\1" * value_bytes], pa.binary()))
-    table = pa.table({"value": d})
-    if nested:
-        table = pa.table({"value": pa.ListArray.from_arrays(pa.array([0, rows], pa.int32()),
-                                                             d)})
-    sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, compression="snappy", store_schema=False)
-    return bytes(sink.getvalue().to_pybytes())
-
-
 @pytest.mark.parametrize("nested", [False, True], ids=["flat", "in-a-list"])
 def test_pieces_keep_the_decoded_size_limits(nested: bool) -> None:
     """Read a piece at a time, an object still may not decode into more than its limit
     (dictionary entries repeated, or pages that declare too much), as decoded whole."""
-    raw = _dictionary_bomb(4_000, 100_000, nested=nested)
+    raw = dictionary_bomb(4_000, 100_000, nested=nested)
     rows = BatchRows(raw, "data/dict.parquet", None, piece_bytes=1 << 20,
                      fetch_max_bytes=10_000_000)
     with pytest.raises(RecordTooLargeError, match=r"data/dict\.parquet .*fetch\.max\.bytes"):
         list(rows.rows(0, rows.num_rows))
-    small = _dictionary_bomb(50, 100_000, nested=nested)
+    small = dictionary_bomb(50, 100_000, nested=nested)
     rows = BatchRows(small, "data/ok.parquet", None, piece_bytes=1 << 20,
                      fetch_max_bytes=10_000_000)
     got = pa.concat_tables(rows.rows(0, rows.num_rows))
