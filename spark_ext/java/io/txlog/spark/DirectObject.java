@@ -45,6 +45,7 @@ final class DirectObject {
     private final List<ObjectFooter.RowGroup> rowGroups;
     private final Map<String, Leaf> leaves;
     private final PageDecoder.Budget budget;
+    private final ReadBuffers buffers;  // where pages are decompressed into; null: new arrays
     private final long[] groupRows;
     private long rows;
     // The one row group held decoded (its pages and arrays): the previous one is released
@@ -54,12 +55,14 @@ final class DirectObject {
     private long currentBytes;  // decompressed bytes of its pages
 
     private DirectObject(StructType stored, byte[] data, List<ObjectFooter.RowGroup> rowGroups,
-                         Map<String, Leaf> leaves, PageDecoder.Budget budget) {
+                         Map<String, Leaf> leaves, PageDecoder.Budget budget,
+                         ReadBuffers buffers) {
         this.stored = stored;
         this.data = data;
         this.rowGroups = rowGroups;
         this.leaves = leaves;
         this.budget = budget;
+        this.buffers = buffers;
         this.groupRows = new long[rowGroups.size()];
     }
 
@@ -99,17 +102,33 @@ final class DirectObject {
      * what this decoder reads (Unsupported: none of its rows are decoded); its row groups
      * are decoded one at a time, by {@link #group}. */
     static DirectObject decode(byte[] data, StructType stored) throws Damaged, Unsupported {
-        ObjectFooter footer = ObjectFooter.read(data, data.length);
+        return decode(data, data.length, stored, null);
+    }
+
+    /** The object in the first {@code length} bytes of {@code data}, its pages decompressed
+     * into {@code buffers} (null: arrays of their own). The arrays of {@code buffers} are
+     * taken over: what earlier objects decoded into them is no longer read. */
+    static DirectObject decode(byte[] data, int length, StructType stored, ReadBuffers buffers)
+        throws Damaged, Unsupported {
+        if (length < 0 || length > data.length) {
+            throw new IllegalArgumentException("an object of " + length + " bytes in an array of "
+                                               + data.length);
+        }
+        if (buffers != null) {
+            buffers.releasePages();
+        }
+        ObjectFooter footer = ObjectFooter.read(data, length);
         if (footer.encrypted) {
             throw new Unsupported("an encrypted object");
         }
-        if (footer.rows > Math.min(MAX_ROWS, Math.max(1 << 16, MAX_RATIO * data.length))) {
+        if (footer.rows > Math.min(MAX_ROWS, Math.max(1 << 16, MAX_RATIO * length))) {
             throw new Unsupported(footer.rows + " rows");
         }
         Map<String, Leaf> leaves = kafkaLeaves(footer.schema);
         PageDecoder.Budget budget = new PageDecoder.Budget(
-            Math.max(MIN_BUDGET, MAX_RATIO * data.length));
-        DirectObject o = new DirectObject(stored, data, footer.rowGroups, leaves, budget);
+            Math.max(MIN_BUDGET, MAX_RATIO * length));
+        DirectObject o = new DirectObject(stored, data, footer.rowGroups, leaves, budget,
+                                          buffers);
         for (int g = 0; g < footer.rowGroups.size(); g++) {
             o.check(g);
         }
@@ -234,13 +253,12 @@ final class DirectObject {
             Kind kind = kind(f.name(), f.dataType());
             if (kind == Kind.HEADERS) {
                 Leaf k = leaves.get("headers.key");
-                if (k != null && !(nullLists(data, chunks, k, n, budget)
-                                   && nullLists(data, chunks, leaves.get("headers.value"), n,
-                                                budget))) {
+                if (k != null && !(nullLists(k, chunks, n)
+                                   && nullLists(leaves.get("headers.value"), chunks, n))) {
                     throw new Unsupported("records with headers");
                 }
             } else if (leaves.get(f.name()) != null) {
-                decoder(data, chunks, leaves.get(f.name()), budget).check(n);
+                decoder(chunks, leaves.get(f.name())).check(n);
             }
         }
         groupRows[g] = n;
@@ -261,8 +279,7 @@ final class DirectObject {
                 cols[i] = new DecodedVectors.Nulls(f.dataType(), n);
                 continue;
             }
-            PageDecoder.Column c = decoder(data, chunks, leaf, budget)
-                .flat(n, kind == Kind.BYTES);
+            PageDecoder.Column c = decoder(chunks, leaf).flat(n, kind == Kind.BYTES);
             if (kind == Kind.MILLIS) {
                 for (int r = 0; r < n; r++) {
                     try {
@@ -279,19 +296,18 @@ final class DirectObject {
         return new ColumnarBatch(cols, n);
     }
 
-    private static boolean nullLists(byte[] data, Map<String, ObjectFooter.Chunk> chunks,
-                                     Leaf leaf, int rows, PageDecoder.Budget budget)
+    private boolean nullLists(Leaf leaf, Map<String, ObjectFooter.Chunk> chunks, int rows)
         throws Damaged, Unsupported {
-        return decoder(data, chunks, leaf, budget).allNullLists(rows);
+        return decoder(chunks, leaf).allNullLists(rows);
     }
 
-    private static PageDecoder decoder(byte[] data, Map<String, ObjectFooter.Chunk> chunks,
-                                       Leaf leaf, PageDecoder.Budget budget) throws Damaged {
+    private PageDecoder decoder(Map<String, ObjectFooter.Chunk> chunks, Leaf leaf)
+        throws Damaged {
         ObjectFooter.Chunk c = chunks.get(leaf.path);
         if (c == null || c.type != leaf.type) {
             throw new Damaged("a row group lacks column " + leaf.path + " of its schema");
         }
-        return new PageDecoder(data, c, leaf.maxDef, leaf.maxRep, budget);
+        return new PageDecoder(data, c, leaf.maxDef, leaf.maxRep, budget, buffers);
     }
 
     long rows() {
@@ -312,6 +328,9 @@ final class DirectObject {
         if (g != currentGroup) {
             current = null;  // released before the next is decoded
             currentGroup = -1;
+            if (buffers != null) {
+                buffers.releasePages();
+            }
             long before = budget.left;
             current = decodeGroup(g);
             currentGroup = g;

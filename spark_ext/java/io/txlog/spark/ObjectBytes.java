@@ -18,9 +18,20 @@ final class ObjectBytes implements InputFile {
     private static final Pattern TAG = Pattern.compile("\\.crc32-([0-9a-f]{8})\\.[a-z]+$");
 
     private final byte[] data;
+    private final int length;
 
     ObjectBytes(byte[] data) {
+        this(data, data.length);
+    }
+
+    /** The object held in the first {@code length} bytes of {@code data}. */
+    ObjectBytes(byte[] data, int length) {
+        if (length < 0 || length > data.length) {
+            throw new IllegalArgumentException("an object of " + length + " bytes in an array of "
+                                               + data.length);
+        }
         this.data = data;
+        this.length = length;
     }
 
     /** The checksum {@code key} names, or -1 for a key without one (older objects, and
@@ -37,7 +48,7 @@ final class ObjectBytes implements InputFile {
             return;
         }
         CRC32 crc = new CRC32();
-        crc.update(data, 0, data.length);
+        crc.update(data, 0, length);
         if (crc.getValue() != want) {
             throw new IOException(String.format(
                 "txlog: batch object %s fails its checksum (CRC-32 %08x, its name says %08x): "
@@ -46,19 +57,23 @@ final class ObjectBytes implements InputFile {
         }
     }
 
-    /** The object's bytes (not a copy). */
+    /** The array holding the object's bytes (not a copy): its first {@link #length} bytes. */
     byte[] bytes() {
         return data;
     }
 
+    int length() {
+        return length;
+    }
+
     @Override
     public long getLength() {
-        return data.length;
+        return length;
     }
 
     @Override
     public SeekableInputStream newStream() {
-        Bytes in = new Bytes(data);
+        Bytes in = new Bytes(data, length);
         return new DelegatingSeekableInputStream(in) {
             @Override
             public long getPos() {
@@ -67,9 +82,9 @@ final class ObjectBytes implements InputFile {
 
             @Override
             public void seek(long newPos) throws IOException {
-                if (newPos < 0 || newPos > data.length) {
+                if (newPos < 0 || newPos > length) {
                     throw new IOException("seek to " + newPos + " outside an object of "
-                                          + data.length + " bytes");
+                                          + length + " bytes");
                 }
                 in.moveTo((int) newPos);
             }
@@ -78,8 +93,8 @@ final class ObjectBytes implements InputFile {
 
     /** A stream over the bytes that can be repositioned. */
     private static final class Bytes extends ByteArrayInputStream {
-        Bytes(byte[] data) {
-            super(data);
+        Bytes(byte[] data, int length) {
+            super(data, 0, length);
         }
 
         int position() {

@@ -61,11 +61,12 @@ final class ObjectErrors {
      * that fails its checksum, or whose stored sizes and counts do not hold, is an error. */
     static DirectObject decodeDirectly(String object, Path path, Configuration conf,
                                        long declared, ObjectBytes whole,
-                                       org.apache.spark.sql.types.StructType stored)
+                                       org.apache.spark.sql.types.StructType stored,
+                                       ReadBuffers buffers)
         throws IOException {
         try {
             whole.verify(object);
-            return DirectObject.decode(whole.bytes(), stored);
+            return DirectObject.decode(whole.bytes(), whole.length(), stored, buffers);
         } catch (PageDecoder.Unsupported e) {
             LOG.debug("txlog: {} is read by Spark's Parquet reader: {}", path, e.getMessage());
             return null;

@@ -80,6 +80,7 @@ final class PageDecoder {
     private final int maxDef;
     private final int maxRep;
     private final Budget budget;
+    private final ReadBuffers buffers;  // null: each page decompressed into an array of its own
 
     // The current page header.
     private int pageType;
@@ -100,12 +101,14 @@ final class PageDecoder {
     private long[] dictLongs;
     private int dictSize = -1;
 
-    PageDecoder(byte[] data, ObjectFooter.Chunk chunk, int maxDef, int maxRep, Budget budget) {
+    PageDecoder(byte[] data, ObjectFooter.Chunk chunk, int maxDef, int maxRep, Budget budget,
+                ReadBuffers buffers) {
         this.data = data;
         this.chunk = chunk;
         this.maxDef = maxDef;
         this.maxRep = maxRep;
         this.budget = budget;
+        this.buffers = buffers;
     }
 
     /** The chunk as a column of {@code rows} rows (flat: one value or null per row). */
@@ -366,7 +369,8 @@ final class PageDecoder {
     }
 
     /** A page's body of {@code size} stored bytes at {@code from}, decompressed to
-     * {@code want} bytes: the object's own array where it is stored uncompressed. */
+     * {@code want} bytes: the object's own array where it is stored uncompressed, else the
+     * first {@code want} bytes of the array returned. */
     private byte[] body(int from, int size, int want) throws Damaged, Unsupported {
         if (chunk.codec == UNCOMPRESSED) {
             if (want != size) {
@@ -383,7 +387,7 @@ final class PageDecoder {
                               + " bytes from " + size + ", more than snappy expands to");
         }
         budget.take(want, "column " + chunk.path);
-        byte[] out = new byte[want];
+        byte[] out = buffers != null ? buffers.page(want) : new byte[want];
         try {
             if (Snappy.uncompressedLength(data, from, size) != want
                 || Snappy.uncompress(data, from, size, out, 0) != want) {

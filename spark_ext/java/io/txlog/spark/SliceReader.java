@@ -44,7 +44,8 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
     private final List<String> storedNames;
     private final int batchSize;
     private final boolean failOnDataLoss;
-    private final TaskAttemptContextImpl context;
+    private final Configuration conf;
+    private TaskAttemptContextImpl context;  // for Spark's Parquet reader, made when it is
 
     private int slice = -1;
     private long pos;          // next row of the object to return
@@ -73,11 +74,15 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
     private boolean fileDrained;  // the file reader has returned every row of its object
     private int decodedDirectly;
     private int decodedByParquet;
+    /** Objects read whole from the store and their pages decoded by txlog's decoder. */
+    private final ReadBuffers buffers = new ReadBuffers();
 
     SliceReader(SlicePartition part, List<OutputColumn> columns, int batchSize,
                 boolean failOnDataLoss, Configuration conf) {
         this.failOnDataLoss = failOnDataLoss;
-        this.context = new TaskAttemptContextImpl(conf, new TaskAttemptID());
+        // Spark's Parquet reader's task context copies every setting: made only where an
+        // object goes to that reader (txlog's decoder reads the settings as they are).
+        this.conf = conf;
         this.part = part;
         this.columns = columns;
         this.storedNames = OutputColumn.storedNames(columns);
@@ -214,7 +219,6 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
      */
     private boolean openFile() throws IOException {
         Path path = new Path(part.paths[slice]);
-        Configuration conf = context.getConfiguration();
         if (storedNames.isEmpty()) {
             if (!part.paths[slice].equals(footerPath)) {  // a segment's runs share one footer
                 Opened o;
@@ -282,6 +286,9 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
         readersOpened++;
         // The split covers the whole object (row groups are picked by their midpoint).
         FileSplit split = new FileSplit(path, 0, Long.MAX_VALUE, (String[]) null);
+        if (context == null) {
+            context = new TaskAttemptContextImpl(conf, new TaskAttemptID());
+        }
         try {
             try {
                 reader.initialize(split, context, Option.apply(o.file(conf)), Option.apply(o.stream),
@@ -381,18 +388,25 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
             if (rowsToo && declared > 0 && declared <= WHOLE_MAX) {
                 byte[] fetched = prefetched(path, conf);
                 FileSystem fsys = fileSystem(path, conf);
+                int length = (int) declared;
+                // Objects txlog's decoder may read are read into the task's array for them.
                 byte[] bytes = fetched != null ? fetched
-                    : WholeObjects.read(fsys, signed, path, status);
+                    : WholeObjects.read(fsys, signed, path, status,
+                                        directSchema != null ? buffers.object(length) : null);
                 if (fetched != null || signed != null || ReadMetrics.bypassed(fsys)) {
-                    ReadMetrics.add(fsys, bytes.length);  // Spark's bytes read see them
+                    ReadMetrics.add(fsys, length);  // Spark's bytes read see them
                 }
-                whole = new ObjectBytes(bytes);
+                whole = new ObjectBytes(bytes, length);
                 if (directSchema != null) {
                     DirectObject d = ObjectErrors.decodeDirectly(
-                        part.paths[slice], path, conf, declared, whole, directSchema);
+                        part.paths[slice], path, conf, declared, whole, directSchema, buffers);
                     if (d != null) {
                         return new Opened(path, d);
                     }
+                }
+                if (bytes.length != length || bytes == buffers.object(0)) {
+                    // Spark's reader may read it after the next object is read: its own copy.
+                    whole = new ObjectBytes(java.util.Arrays.copyOf(bytes, length));
                 }
                 in = whole;
             } else {
@@ -468,7 +482,6 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
             }
         }
         java.net.URI root = fsys.getUri();
-        Configuration conf = context.getConfiguration();
         return new ObjectPrefetch(java.util.Arrays.copyOf(slices, n),
                                   java.util.Arrays.copyOf(sizes, n), objects, bytes, i -> {
             Path p = new Path(part.paths[i]);

@@ -27,10 +27,18 @@ final class WholeObjects {
      * EOFException, missing a FileNotFoundException. */
     static byte[] read(FileSystem fsys, SignedGet signed, Path path, FileStatus status)
         throws IOException {
+        return read(fsys, signed, path, status, null);
+    }
+
+    /** The same, into the first bytes of {@code into} where it is given and a signed GET
+     * does not read the object (a signed GET returns an array of its own). */
+    static byte[] read(FileSystem fsys, SignedGet signed, Path path, FileStatus status,
+                       byte[] into) throws IOException {
+        int length = (int) status.getLen();
         if (signed != null) {
-            return signed.read(path.toUri().getPath().substring(1), (int) status.getLen());
+            return signed.read(path.toUri().getPath().substring(1), length);
         }
-        byte[] data = new byte[(int) status.getLen()];
+        byte[] data = into != null && into.length >= length ? into : new byte[length];
         if (fsys instanceof ChecksumFileSystem) {
             fsys = ((ChecksumFileSystem) fsys).getRawFileSystem();
         }
@@ -38,14 +46,14 @@ final class WholeObjects {
         // first, and its checksummed variant looks for a .crc file beside it; txlog's
         // objects have none, their CRC-32 is in their key).
         if (fsys instanceof RawLocalFileSystem) {
-            readLocal(localFile((RawLocalFileSystem) fsys, path), data);
+            readLocal(localFile((RawLocalFileSystem) fsys, path), data, length);
             return data;
         }
         FSDataInputStream in = FutureIO.awaitFuture(
             fsys.openFile(path).withFileStatus(status)
                 .opt("fs.option.openfile.read.policy", "whole-file").build());
         try {
-            in.readFully(0, data);
+            in.readFully(0, data, 0, length);
         } finally {
             in.close();
         }
@@ -66,9 +74,10 @@ final class WholeObjects {
         return fsys.pathToFile(path).toPath();
     }
 
-    private static void readLocal(java.nio.file.Path file, byte[] data) throws IOException {
+    private static void readLocal(java.nio.file.Path file, byte[] data, int length)
+        throws IOException {
         try (FileChannel ch = FileChannel.open(file, StandardOpenOption.READ)) {
-            ByteBuffer buf = ByteBuffer.wrap(data);
+            ByteBuffer buf = ByteBuffer.wrap(data, 0, length);
             while (buf.hasRemaining()) {
                 if (ch.read(buf, buf.position()) < 0) {
                     throw new EOFException(file + " ends at byte " + buf.position());
