@@ -80,11 +80,24 @@ def scan(req: Mapping[str, Any]) -> dict[str, Any]:
     before = plan_batch(ro, log).arrays.objects() if req.get("filters") else None
     objects = plan.arrays.objects()
     where = hadoop_conf.for_store(log.store)
-    return {"planFile": plan_file.write(plan.arrays, plan.group_ids(ro), where),
+    ids = plan.group_ids(ro, parallelism=_parallelism(req))
+    return {"planFile": plan_file.write(plan.arrays, ids, where),
             "schema": plan.shape.schema_json, "kafka": plan.shape.kafka_shaped,
             "failOnDataLoss": ro.fail_on_data_loss, "objects": objects,
             "objectsBeforePushdown": objects if before is None else before,
             "hadoopConf": where.conf}
+
+
+def _parallelism(req: Mapping[str, Any]) -> int | None:
+    """The query's Spark default parallelism, as the connector sends it (None: not sent)."""
+    value = req.get("parallelism")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"a scan request's parallelism must be a positive integer, "
+                          f"not {value!r}; the connector jar and txlog differ in version: "
+                          f"reinstall them together")
+    return value
 
 
 def write_begin(req: Mapping[str, Any]) -> dict[str, Any]:

@@ -193,6 +193,13 @@ def _loaded_build(jvm: Any) -> str | None:
         return None
 
 
+def leaf_parallelism(spark: SparkSession) -> int:
+    """How many input partitions Spark aims a file scan at (its leaf nodes' default
+    parallelism): spark.sql.leafNodeDefaultParallelism, else the default parallelism."""
+    given = spark.conf.get("spark.sql.leafNodeDefaultParallelism", None)  # checked by Spark
+    return max(1, int(given) if given else spark.sparkContext.defaultParallelism)
+
+
 def plan_to_dataframe(spark: SparkSession, store: ObjectStore, plan: BatchPlan,
                       group_ids: np.ndarray, *, fail_on_data_loss: bool = True,
                       ) -> DataFrame:

@@ -99,7 +99,8 @@ def read(spark: SparkSession, path: str | None = None, options: dict[str, Any] |
         from spark_ext import jvm_scan
 
         try:
-            return jvm_scan.plan_to_dataframe(spark, log.store, plan, plan.group_ids(ro),
+            ids = plan.group_ids(ro, parallelism=jvm_scan.leaf_parallelism(spark))
+            return jvm_scan.plan_to_dataframe(spark, log.store, plan, ids,
                                               fail_on_data_loss=ro.fail_on_data_loss)
         except jvm_scan.JvmScanUnavailable as exc:
             if engine == "jvm":

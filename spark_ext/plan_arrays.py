@@ -13,7 +13,6 @@ source's tasks).
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -241,21 +240,18 @@ def _distinct(data: pa.ChunkedArray) -> bool:
 
 
 def group_ids(nbytes: np.ndarray, tp: np.ndarray, *, min_partitions: int | None,
-              max_partition_bytes: int) -> np.ndarray:
+              max_partition_bytes: int, parallelism: int | None = None) -> np.ndarray:
     """:func:`spark_ext.read_plan.group_slices` as each slice's group number: slices in
     order, a group closed before the slice that would take it above the target size."""
-    from spark_ext.read_plan import MIN_SPLIT_BYTES
+    from spark_ext.read_plan import split_target
 
     n = len(nbytes)
     out = np.zeros(n, np.int32)
     if not n:
         return out
     ends = np.cumsum(nbytes, dtype=np.int64)
-    total = int(ends[-1])
-    n_tps = len(np.unique(tp))
-    wanted = min_partitions if min_partitions is not None else n_tps
-    floor = 1 if min_partitions is not None else MIN_SPLIT_BYTES
-    target = min(max_partition_bytes, max(floor, math.ceil(total / max(1, wanted))))
+    target = split_target(int(ends[-1]), len(np.unique(tp)), min_partitions=min_partitions,
+                          max_partition_bytes=max_partition_bytes, parallelism=parallelism)
     pos, g = 0, 0
     while pos < n:
         before = int(ends[pos - 1]) if pos else 0

@@ -406,18 +406,31 @@ def _shared_objects(data: list[str], nbytes: list[int], counts: list[int], rows:
     return {d: (sizes[d], n, held[d]) for d, n in runs.items() if n > 1}
 
 
+def split_target(total: int, n_tps: int, *, min_partitions: int | None,
+                 max_partition_bytes: int, parallelism: int | None = None) -> int:
+    """The most bytes of slices an input partition takes: ``total`` bytes in at least
+    ``min_partitions`` input partitions where that is given; else as Spark splits files for a
+    scan, in ``parallelism`` (Spark's default parallelism, where the query says it) of at
+    least MIN_SPLIT_BYTES (Spark's file open cost); else one per topic-partition (Kafka's
+    default); never above ``max_partition_bytes``."""
+    if min_partitions is not None:
+        wanted, floor = min_partitions, 1
+    else:
+        wanted, floor = (parallelism if parallelism is not None else n_tps), MIN_SPLIT_BYTES
+    return min(max_partition_bytes, max(floor, math.ceil(total / max(1, wanted))))
+
+
 def group_slices(slices: list[FileSlice], *, min_partitions: int | None,
-                 max_partition_bytes: int) -> list[list[FileSlice]]:
+                 max_partition_bytes: int, parallelism: int | None = None,
+                 ) -> list[list[FileSlice]]:
     """Cut the slices (kept in partition/offset order) into input partitions of about
-    equal bytes: at least ``min_partitions`` (default: one per topic-partition with data,
-    Kafka's default), none above ``max_partition_bytes``, small ones packed together."""
+    equal bytes, at most :func:`split_target`'s each, small ones packed together."""
     if not slices:
         return []
-    total = sum(s.nbytes for s in slices)
-    n_tps = len({(s.topic, s.partition) for s in slices})
-    wanted = min_partitions if min_partitions is not None else n_tps
-    floor = 1 if min_partitions is not None else MIN_SPLIT_BYTES
-    target = min(max_partition_bytes, max(floor, math.ceil(total / max(1, wanted))))
+    target = split_target(sum(s.nbytes for s in slices),
+                          len({(s.topic, s.partition) for s in slices}),
+                          min_partitions=min_partitions,
+                          max_partition_bytes=max_partition_bytes, parallelism=parallelism)
     groups: list[list[FileSlice]] = []
     cur: list[FileSlice] = []
     size = 0
@@ -446,11 +459,12 @@ class BatchPlan:
         """Every slice as a FileSlice (one Python object each: for small plans and tests)."""
         return self.arrays.file_slices()
 
-    def group_ids(self, ro: ReadOptions) -> np.ndarray:
+    def group_ids(self, ro: ReadOptions, *, parallelism: int | None = None) -> np.ndarray:
         """Each slice's input partition (:func:`group_slices`, over arrays)."""
         return plan_arrays.group_ids(self.arrays.nbytes, self.arrays.tp,
                                      min_partitions=ro.min_partitions,
-                                     max_partition_bytes=ro.max_partition_bytes)
+                                     max_partition_bytes=ro.max_partition_bytes,
+                                     parallelism=parallelism)
 
     def groups(self, ro: ReadOptions) -> list[list[FileSlice]]:
         return split_groups(self.arrays, self.group_ids(ro))

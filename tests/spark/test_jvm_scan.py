@@ -135,6 +135,48 @@ def test_derived_columns_and_timestamps(spark: Any, tmp_path: Path, small_batche
             assert (r.timestampType, r.ts) == (0, 5_000 + n)
 
 
+def test_a_batch_read_has_as_many_input_partitions_as_spark_splits_files(
+        spark: Any, tmp_path: Path) -> None:
+    """format("txlog") sizes a batch read's input partitions by Spark's parallelism (two in
+    local[2]) as Spark's file scans do, not one per topic-partition; minPartitions and
+    spark.sql.leafNodeDefaultParallelism are honoured."""
+    seed = 3232
+    print(f"seed={seed}")
+    rng = random.Random(seed)
+    url = str(tmp_path / "lake")
+    log = txlog.connect(url)
+    log.create_topic("w", partitions=8)
+    p = log.producer(transactional_id="w-tx")
+    p.init_transactions()
+    for _ in range(2):  # 8 partitions x 2 objects of about 1 MB: 16 MB
+        p.begin_transaction()
+        for part in range(8):
+            values = pa.array([rng.randbytes(1000) for _ in range(1000)], pa.binary())
+            p.send_batch("w", pa.table([pa.nulls(1000, pa.binary()), values,
+                                        pa.nulls(1000, HEADER_TYPE),
+                                        pa.nulls(1000, pa.timestamp("ms", tz="UTC"))],
+                                       schema=KAFKA_SCHEMA), partition=part)
+        p.commit_transaction()
+
+    def read(**options: str) -> Any:
+        r = spark.read.format("txlog").option("path", url).option("topic", "w")
+        for k, v in options.items():
+            r = r.option(k, v)
+        return r.load()
+
+    df = read()
+    assert df.rdd.getNumPartitions() == 2  # 16 MB over Spark's parallelism of 2
+    got = df.selectExpr("count(*)", "count(DISTINCT partition, offset)",
+                        "sum(length(value))").collect()[0]
+    assert tuple(got) == (16_000, 16_000, 16_000_000)
+    assert read(minPartitions="4").rdd.getNumPartitions() == 4
+    spark.conf.set("spark.sql.leafNodeDefaultParallelism", "4")
+    try:
+        assert read().rdd.getNumPartitions() == 4
+    finally:
+        spark.conf.unset("spark.sql.leafNodeDefaultParallelism")
+
+
 def test_derived_columns_alone_read_only_footers(spark: Any, tmp_path: Path) -> None:
     """Offsets, partitions and counts come from the plan, but each object's footer is
     still read (as a Parquet count reads footers): a damaged object is found."""

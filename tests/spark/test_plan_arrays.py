@@ -172,11 +172,12 @@ def test_array_plans_equal_per_object_plans() -> None:
 
             min_parts = rng.choice([None, 1, 2, 5])
             max_bytes = rng.choice([1, 500, 5_000, 10**9])
+            parallelism = rng.choice([None, 1, 3])
             ids = plan_arrays.group_ids(got.nbytes, got.tp, min_partitions=min_parts,
-                                        max_partition_bytes=max_bytes)
+                                        max_partition_bytes=max_bytes, parallelism=parallelism)
             groups = group_slices(want, min_partitions=min_parts,
-                                  max_partition_bytes=max_bytes)
-            assert split_groups(got, ids) == groups, (case, min_parts, max_bytes)
+                                  max_partition_bytes=max_bytes, parallelism=parallelism)
+            assert split_groups(got, ids) == groups, (case, min_parts, max_bytes, parallelism)
             _check_plan_table(plan_file.encode(got, ids, where), groups, where)
 
             lo = rng.randrange(900, 2_100)

@@ -242,6 +242,30 @@ def test_group_slices_packs_small_and_splits_large() -> None:
     assert len(groups) == 4 and sum(len(g) for g in groups) == 8
 
 
+def test_group_slices_follow_sparks_parallelism_where_given() -> None:
+    """A batch read's input partitions are sized as Spark sizes file splits: the data over
+    Spark's parallelism, not below the file open cost, not above maxPartitionBytes; without
+    a parallelism (streams, the Python source), one per topic-partition; minPartitions
+    always wins."""
+    from spark_ext.read_plan import FileSlice
+
+    # Eight topic-partitions of 25 MB each, in objects of 5 MB.
+    slices = [FileSlice(f"k{p}-{i}", "t", p, 0, 0, 10, 0, 5 << 20)
+              for p in range(8) for i in range(5)]
+
+    def count(**kw: Any) -> int:
+        groups = group_slices(slices, max_partition_bytes=kw.pop("most", 128 << 20), **kw)
+        assert [s for g in groups for s in g] == slices  # in order, each once
+        return len(groups)
+
+    assert count(min_partitions=None) == 8
+    assert count(min_partitions=None, parallelism=2) == 2
+    assert count(min_partitions=None, parallelism=4) == 4
+    assert count(min_partitions=None, parallelism=2, most=64 << 20) == 4  # at most 64 MB
+    assert count(min_partitions=None, parallelism=200) == 40  # no split below 4 MB
+    assert count(min_partitions=5, parallelism=2) == 5
+
+
 # --- batch reads ------------------------------------------------------------------------
 
 

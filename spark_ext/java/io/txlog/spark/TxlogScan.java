@@ -66,6 +66,7 @@ final class TxlogScan implements Scan, SupportsReportStatistics {
             }
             req.set("filters", filters);
             req.put("planFormat", PlanFile.VERSION);
+            req.put("parallelism", leafParallelism());
             JsonNode plan = Planner.call(req);
             PlannedScanProvider.PlannedTable t = plannedTable(plan);
             HadoopSettings.apply(plan.get("hadoopConf"));
@@ -75,6 +76,17 @@ final class TxlogScan implements Scan, SupportsReportStatistics {
             LOG.info("txlog: format(\"txlog\") read through the JVM connector: {}", description());
         }
         return planned;
+    }
+
+    /** How many input partitions Spark aims a file scan at: its leaf nodes' default
+     * parallelism (spark.sql.leafNodeDefaultParallelism, else the default parallelism). The
+     * planner sizes the input partitions of a batch read by it, as Spark sizes file splits. */
+    static int leafParallelism() {
+        org.apache.spark.sql.classic.SparkSession s =
+            org.apache.spark.sql.classic.SparkSession.active();
+        String given = s.conf().get("spark.sql.leafNodeDefaultParallelism", null);
+        int n = given != null ? Integer.parseInt(given) : s.sparkContext().defaultParallelism();
+        return Math.max(1, n);
     }
 
     /** The planner's answer to a {@code scan} or {@code stream_plan} request, as a table of
