@@ -63,6 +63,26 @@ def topic_root(topic: str) -> str:
     return f"topics/{topic}/"
 
 
+def shared_prefix(topic: str) -> str:
+    """Where ``topic``'s shared batch objects (a step's batches of several partitions in
+    one object) live."""
+    return f"topics/{topic}/_shared/"
+
+
+def released_prefix(topic: str) -> str:
+    """The release markers of ``topic``'s shared objects, a folder per object."""
+    return f"topics/{topic}/_shared/_released/"
+
+
+def release_markers_prefix(topic: str, name: str) -> str:
+    """The release markers of shared object ``name``, one per partition done with it."""
+    return f"{released_prefix(topic)}{name}/"
+
+
+def release_key(topic: str, name: str, partition: int) -> str:
+    return f"{release_markers_prefix(topic, name)}{partition}"
+
+
 def staging_prefix(topic: str, txn: str) -> str:
     return f"topics/{topic}/_staging/{txn}/"
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from txlog import checksums, layout
+from txlog import checksums, layout, shared_objects
 from txlog.batch_codec import encode_parquet
 from txlog.errors import TxlogError
 from txlog.model import COMPACT, PURGE, RETENTION
@@ -52,11 +52,18 @@ class MaintenanceReport:
     expired_transactional_ids: list[str] = field(default_factory=list)
     #: Every failure, one line each ("<what>: <error>"): the sweep, a topic, a partition.
     failures: list[str] = field(default_factory=list)
+    #: Shared batch objects deleted once every partition holding them released them.
+    shared_objects_deleted: int = 0
+    #: What was left alone on purpose, one line each (a shared object whose footer
+    #: cannot be trusted is never deleted).
+    warnings: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {"swept_transactions": self.swept_transactions,
                 "expired_transactional_ids": self.expired_transactional_ids,
                 "partitions": [p.to_json() for p in self.partitions],
+                "shared_objects_deleted": self.shared_objects_deleted,
+                "warnings": self.warnings,
                 "failures": self.failures}
 
 
@@ -247,7 +254,13 @@ def purge(txlog: Log, tp: TopicPartition, now: int | None = None) -> int:
         return 0
     referenced = set(st.batches.data)
     for _, k in due:
-        if k not in referenced:
+        if k in referenced:
+            continue
+        if shared_objects.is_shared(tp.topic, k):
+            # Other partitions may still need it: released here, deleted by the last.
+            shared_objects.release(plog.store, tp.topic, k, tp.partition,
+                                   partitions=txlog.topic(tp.topic).partitions)
+        else:
             plog.store.delete(k)
     plog.append(AppendSpec(kind=PURGE, count=0, extra={"purged_until_ms": max(d for d, _ in due)}))
     return len(due)
@@ -274,9 +287,11 @@ def maintain(txlog: Log, topics: list[str] | None = None, *, compact: bool = Tru
         report.failures.append(f"transactional.id expiration: {_one_line(exc)}")
     names = topics if topics is not None else txlog.list_topics(internal=True)
     tps = []
+    found = []
     for t in names:
         try:
             tps += txlog.partitions_for(t)
+            found.append(t)
         except TxlogError as exc:
             report.failures.append(f"topic {t}: {_one_line(exc)}")
     for n, tp in enumerate(tps):
@@ -299,9 +314,25 @@ def maintain(txlog: Log, topics: list[str] | None = None, *, compact: bool = Tru
             pr.error = _one_line(exc)
             report.failures.append(f"{tp.topic}-{tp.partition}: {pr.error}")
         report.partitions.append(pr)
+    for t in found:
+        _collect_shared(txlog, t, report)
     if progress:
         progress(len(tps), len(tps), "done")
     return report
+
+
+def _collect_shared(txlog: Log, topic: str, report: MaintenanceReport) -> None:
+    """Delete the shared objects of ``topic`` that every partition holding them
+    released, where a releaser was killed or raced before it could."""
+    try:
+        done = shared_objects.collect_topic(txlog.store, topic,
+                                            partitions=txlog.topic(topic).partitions)
+    except TxlogError as exc:
+        report.failures.append(f"topic {topic} shared objects: {_one_line(exc)}")
+        return
+    report.shared_objects_deleted += done.deleted
+    report.warnings += done.warnings
+    report.failures += done.failures
 
 
 def _one_line(exc: BaseException) -> str:

@@ -21,8 +21,6 @@ from txlog.errors import CorruptObjectError
 #: The footer key-value metadata that lists the partitions of a shared object.
 FOOTER_KEY = "txlog.shared"
 FOOTER_VERSION = 1
-#: The folder, under a topic's shared objects, holding their release markers.
-RELEASED_DIR = "_released"
 
 
 @dataclass(frozen=True)

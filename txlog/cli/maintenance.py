@@ -35,6 +35,9 @@ def cmd_maintain(log: Any, args: argparse.Namespace, out: Out,
         if expired:
             head += (f"\nExpired {len(expired)} idle transactional.id(s): "
                      f"{', '.join(expired)}.")
+        if d["shared_objects_deleted"]:
+            head += (f"\nDeleted {d['shared_objects_deleted']} shared object(s) that every "
+                     "partition holding them had released.")
         active = [r for r in rows if r["retained_from"] is not None or r["compacted_batches"]
                   or r["dropped_aborted_batches"] or r["objects_deleted"]]
         if not active:
@@ -48,6 +51,9 @@ def cmd_maintain(log: Any, args: argparse.Namespace, out: Out,
             f"\n({idle} other partition(s): nothing to do)" if idle else "")
 
     out.emit(d, text)
+    # Left alone on purpose (a shared object whose footer cannot be trusted): not a failure.
+    for warning in report.warnings:
+        sys.stderr.write(f"{PROG}: warning: {warning}\n")
     # One line per failure; everything else was done (and is in the report above).
     for failure in report.failures:
         sys.stderr.write(f"{PROG}: error: {failure}\n")
@@ -109,9 +115,11 @@ def add_commands(subs: Any) -> None:
                    "past their timeout; then per partition apply retention (retention.ms,\n"
                    "retention.bytes), compact committed batches into segments (dropping aborted\n"
                    "data and markers), delete objects whose file.delete.delay.ms has passed, and\n"
-                   "write a checkpoint.  Every step appends to the log, so it is safe to run from\n"
-                   "cron or a scheduled notebook while producers and readers work.  A progress\n"
-                   "bar goes to stderr when it is a terminal (or with --progress).",
+                   "write a checkpoint; then delete the shared objects (several partitions'\n"
+                   "batches in one) that every partition holding them has released.  Every\n"
+                   "step appends to the log, so it is safe to run from cron or a scheduled\n"
+                   "notebook while producers and readers work.  A progress bar goes to stderr\n"
+                   "when it is a terminal (or with --progress).",
                    "txlog maintain\ntxlog maintain --topic orders --no-compact\n"
                    "*/15 * * * * TXLOG_ROOT=s3://bucket/txlog txlog maintain --json >> "
                    "/var/log/txlog.json",

@@ -1,0 +1,183 @@
+"""Releasing and deleting shared batch objects: the store I/O of
+:mod:`txlog.shared_release`.
+
+A partition's purge calls :func:`release` for a shared object it is done with: it puts
+``topics/<topic>/_shared/_released/<name>/<partition>`` (empty; putting it again changes
+nothing), then :func:`collect` deletes the object if the releases now cover every
+partition its footer names, and then the markers.  Each releaser puts its marker before
+it lists the markers, so of two partitions releasing at once at least the later one
+sees both.  A process killed anywhere in between leaves markers that the next
+``txlog maintain`` (:func:`collect_topic`) finishes: an object whose releases are
+complete is deleted; markers whose object is gone are deleted.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from txlog import checksums, layout
+from txlog.crashpoints import crashpoint
+from txlog.errors import CorruptObjectError, ObjectNotFoundError, TxlogError
+from txlog.shared_release import (
+    FOOTER_KEY,
+    SharedFooter,
+    object_name,
+    parse_footer,
+    released_partitions,
+    releases_complete,
+)
+from txlog.storage import ObjectStore
+
+log = logging.getLogger(__name__)
+
+#: What :func:`collect` found: the object deleted now, kept for partitions that have
+#: not released it, already gone (its leftover markers deleted), or kept because its
+#: footer cannot be trusted.
+DELETED, WAITING, GONE, DAMAGED = "deleted", "waiting", "gone", "damaged"
+
+_TAIL = 64 * 1024  # one ranged read holds the footer of any batch object txlog writes
+_MAGIC = b"PAR1"
+
+
+@dataclass
+class CollectReport:
+    """What :func:`collect_topic` did to one topic's released shared objects."""
+
+    deleted: int = 0
+    waiting: int = 0
+    #: Objects left alone, one line each: damaged or missing footers, unknown names.
+    warnings: list[str] = field(default_factory=list)
+    #: Objects that could not be looked at (a store error), one line each.
+    failures: list[str] = field(default_factory=list)
+
+
+def is_shared(topic: str, key: str) -> bool:
+    """Whether ``key`` lies under ``topic``'s shared objects (no partition deletes it)."""
+    return key.startswith(layout.shared_prefix(topic))
+
+
+def release(store: ObjectStore, topic: str, key: str, partition: int, *,
+            partitions: int) -> str:
+    """Record that ``partition`` is done with shared object ``key``, then delete the
+    object if every partition it holds has released it.  Returns what :func:`collect`
+    found (DAMAGED, without a marker, for a key that names no shared object)."""
+    name = object_name(layout.shared_prefix(topic), key)
+    if name is None:
+        log.warning("not deleting %s: it is under the shared objects of topic %s but "
+                    "names none", key, topic)
+        return DAMAGED
+    store.put(layout.release_key(topic, name, partition), b"")
+    crashpoint("after_shared_release")
+    return collect(store, topic, name, partitions=partitions)
+
+
+def collect(store: ObjectStore, topic: str, name: str, *, partitions: int) -> str:
+    """Delete shared object ``name`` of ``topic`` (of ``partitions`` partitions) and
+    then its release markers if the markers cover every partition its footer names;
+    delete only the markers if the object is gone.  A missing or invalid footer
+    deletes nothing and warns."""
+    key = layout.shared_prefix(topic) + name
+    prefix = layout.release_markers_prefix(topic, name)
+    markers = store.list(prefix)
+    released = released_partitions(k[len(prefix):] for k in markers)
+    try:
+        footer = _read_footer(store, key, partitions=partitions)
+        if not releases_complete(footer, released):
+            return WAITING
+        # The footer decides a deletion only from bytes that match the name's checksum.
+        raw = store.get(key)
+        try:
+            checksums.verify(key, raw, what="shared batch object")
+        except CorruptObjectError:
+            raise _unreadable(key, "fails the checksum its name carries (its bytes were "
+                                   "damaged after it was written)") from None
+        footer = _footer_of(_metadata(raw, key), key, partitions=partitions)
+        if not releases_complete(footer, released):
+            return WAITING
+    except ObjectNotFoundError:
+        for k in markers:
+            store.delete(k)
+        return GONE
+    except CorruptObjectError as exc:
+        log.warning("%s", exc)
+        return DAMAGED
+    store.delete(key)
+    crashpoint("after_shared_delete")
+    for k in markers:
+        store.delete(k)
+    return DELETED
+
+
+def collect_topic(store: ObjectStore, topic: str, *, partitions: int) -> CollectReport:
+    """Finish what releasers of ``topic``'s shared objects left undone (a process
+    killed between its release and the deletion, or two releasers that raced): every
+    object with release markers is collected.  A failure on one object does not stop
+    the others."""
+    report = CollectReport()
+    shared = layout.shared_prefix(topic)
+    for name in store.list_children(layout.released_prefix(topic)):
+        if object_name(shared, shared + name) is None:
+            report.warnings.append(f"{layout.released_prefix(topic)}{name}: release "
+                                   "markers of no shared object name; left alone")
+            continue
+        try:
+            outcome = collect(store, topic, name, partitions=partitions)
+        except TxlogError as exc:
+            report.failures.append(f"shared object {shared}{name}: "
+                                   + " ".join(str(exc).split()))
+            continue
+        if outcome == DELETED:
+            report.deleted += 1
+        elif outcome == WAITING:
+            report.waiting += 1
+        elif outcome == DAMAGED:
+            report.warnings.append(f"shared object {shared}{name}: its footer is missing "
+                                   "or invalid; not deleted")
+    return report
+
+
+def _read_footer(store: ObjectStore, key: str, *, partitions: int) -> SharedFooter:
+    """The validated footer of ``key``, from the object's tail alone."""
+    size = store.size(key)
+    tail = store.get_range(key, max(0, size - _TAIL), size)
+    if len(tail) < 8 or tail[-4:] != _MAGIC:
+        raise _unreadable(key, "does not end as a Parquet file does")
+    (length,) = struct.unpack("<I", tail[-8:-4])
+    if length + 8 > size:
+        raise _unreadable(key, f"declares a footer of {length} bytes in {size}")
+    if length + 8 > len(tail):
+        tail = store.get_range(key, size - length - 8, size)
+    # The magic in front stands in for the rest of the file: only the footer is parsed.
+    return _footer_of(_metadata(_MAGIC + tail[-(length + 8):], key), key,
+                      partitions=partitions)
+
+
+def _metadata(raw: bytes, key: str) -> pq.FileMetaData:
+    try:
+        return pq.read_metadata(pa.BufferReader(raw))
+    except Exception as exc:  # pyarrow raises several types for damaged input
+        raise _unreadable(key, f"has a footer that cannot be parsed ({exc})") from None
+
+
+def _footer_of(meta: pq.FileMetaData, key: str, *, partitions: int) -> SharedFooter:
+    try:
+        kv = meta.metadata or {}
+        starts, row = [], 0
+        for i in range(meta.num_row_groups):
+            starts.append(row)
+            row += meta.row_group(i).num_rows
+        rows = int(meta.num_rows)
+    except Exception as exc:  # pyarrow raises several types for damaged input
+        raise _unreadable(key, f"has a footer that cannot be parsed ({exc})") from None
+    return parse_footer(kv.get(FOOTER_KEY.encode()), where=key, partitions=partitions,
+                        object_rows=rows, row_group_starts=starts)
+
+
+def _unreadable(key: str, what: str) -> CorruptObjectError:
+    return CorruptObjectError(f"shared batch object {key} {what}; it is not deleted (the "
+                              "partitions it holds are unknown)")
