@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from txlog import checksums, layout, shared_objects
+from txlog import checksums, layout, shared_deletion
 from txlog.batch_codec import encode_parquet
 from txlog.errors import TxlogError
 from txlog.model import COMPACT, PURGE, RETENTION
@@ -256,9 +256,9 @@ def purge(txlog: Log, tp: TopicPartition, now: int | None = None) -> int:
     for _, k in due:
         if k in referenced:
             continue
-        if shared_objects.is_shared(tp.topic, k):
+        if shared_deletion.is_shared(tp.topic, k):
             # Other partitions may still need it: released here, deleted by the last.
-            shared_objects.release(plog.store, tp.topic, k, tp.partition,
+            shared_deletion.release(plog.store, tp.topic, k, tp.partition,
                                    partitions=txlog.topic(tp.topic).partitions)
         else:
             plog.store.delete(k)
@@ -325,7 +325,7 @@ def _collect_shared(txlog: Log, topic: str, report: MaintenanceReport) -> None:
     """Delete the shared objects of ``topic`` that every partition holding them
     released, where a releaser was killed or raced before it could."""
     try:
-        done = shared_objects.collect_topic(txlog.store, topic,
+        done = shared_deletion.collect_topic(txlog.store, topic,
                                             partitions=txlog.topic(topic).partitions)
     except TxlogError as exc:
         report.failures.append(f"topic {topic} shared objects: {_one_line(exc)}")

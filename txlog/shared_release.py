@@ -7,7 +7,7 @@ the releases cover every partition its footer names.  Whether nobody references 
 object *now* decides nothing: a COMMIT marker carrying a part of it may be written by a
 roll-forward long after the other partitions dropped it.  The footer is the object's
 own, checksummed, list of the partitions it holds, so it is validated before any
-decision is taken from it.  The store I/O is in :mod:`txlog.shared_objects`.
+decision is taken from it.  The store I/O is in :mod:`txlog.shared_deletion`.
 """
 
 from __future__ import annotations

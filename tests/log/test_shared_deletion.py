@@ -1,4 +1,4 @@
-"""Releasing and deleting shared batch objects on a store (txlog.shared_objects)."""
+"""Releasing and deleting shared batch objects on a store (txlog.shared_deletion)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from txlog import checksums, layout
-from txlog.shared_objects import (
+from txlog.shared_deletion import (
     DAMAGED,
     DELETED,
     GONE,
@@ -111,7 +111,7 @@ def test_a_damaged_or_missing_footer_deletes_nothing_and_warns(
     key = layout.shared_prefix(TOPIC) + name
     store.put(key, body)
     release(store, TOPIC, key, 0, partitions=2)
-    with caplog.at_level(logging.WARNING, logger="txlog.shared_objects"):
+    with caplog.at_level(logging.WARNING, logger="txlog.shared_deletion"):
         assert release(store, TOPIC, key, 1, partitions=2) == DAMAGED
     assert store.exists(key)
     assert markers(store, name) == ["0", "1"]
