@@ -74,7 +74,8 @@ def retention_offset(st: PartitionState, retention_ms: int, retention_bytes: int
     b = st.batches
     lso = st.last_stable_offset
     start = st.log_start_offset
-    total = sum(b.nbytes)
+    sizes = b.shares()  # a shared object's batches count their share of it
+    total = sum(sizes)
     for i in range(len(b)):
         end = b.base_offset[i] + b.count[i]
         if end > lso:
@@ -84,7 +85,7 @@ def retention_offset(st: PartitionState, retention_ms: int, retention_bytes: int
         too_big = retention_bytes >= 0 and total > retention_bytes
         if not (too_old or too_big):
             break
-        total -= b.nbytes[i]
+        total -= sizes[i]
         # Runs of one compacted segment go together: the object is kept until all are.
         if i + 1 < len(b) and b.data[i + 1] == b.data[i] and b.base_offset[i + 1] < lso:
             continue
@@ -141,6 +142,7 @@ def plan_compaction(st: PartitionState, segment_bytes: int) -> list[tuple[int, i
     drop.  Runs of an existing segment stay together.
     """
     b = st.batches
+    sizes = b.shares()
     lso = st.last_stable_offset
     ranges: list[tuple[int, int]] = []
     i = 0
@@ -153,7 +155,7 @@ def plan_compaction(st: PartitionState, segment_bytes: int) -> list[tuple[int, i
                 k += 1  # the whole segment
             if k >= n or b.base_offset[k] + b.count[k] > lso:
                 break
-            unit = sum(b.nbytes[j:k + 1])
+            unit = sum(sizes[j:k + 1])
             if objects and size + unit > segment_bytes:
                 break
             size += unit

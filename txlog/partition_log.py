@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import re
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -71,8 +72,9 @@ class AppendResult:
     duplicate: bool = False
 
 
-#: One batch object of a DATA entry of several: key, count, nbytes, ts_min, ts_max, untimed.
-Part = tuple[str, int, int, "int | None", "int | None", bool]
+#: One batch object of a DATA entry of several: key, count, nbytes, ts_min, ts_max, untimed;
+#: a batch inside a shared object adds its first row and the object's rows (model.PARTS).
+Part = tuple[Any, ...]
 
 
 def _stamp(ts_min: int | None, ts_max: int | None, untimed: bool,
@@ -105,8 +107,9 @@ class AppendSpec:
     log_start_offset: int | None = None
     extra: dict[str, Any] | None = None
     #: A DATA append of several batch objects in one entry (see model.PARTS): each
-    #: (key, count, nbytes, ts_min, ts_max, untimed), as the single-object fields are;
-    #: ``data``, ``count``, ``nbytes`` and the timestamps are then taken from them.
+    #: (key, count, nbytes, ts_min, ts_max, untimed), as the single-object fields are,
+    #: plus (row, object_rows) for a batch inside a shared object (kept a part even
+    #: alone); ``data``, ``count``, ``nbytes`` and the timestamps are taken from them.
     parts: list[Part] | None = None
     #: The bytes of objects this entry appends, to carry in it (model.INLINE_VERSION): those
     #: that fit INLINE_MAX_BYTES in all are copied into the entry.
@@ -119,8 +122,9 @@ def _inline_copies(spec: AppendSpec) -> dict[str, str] | None:
     which a reader checks the copy against."""
     if not spec.inline or spec.kind not in (DATA, COMMIT):
         return None
-    sizes = {p[0]: p[2] for p in spec.parts} if spec.parts is not None else \
-        {spec.data: spec.nbytes} if spec.data else {}
+    # (never a shared object: every partition's entry would carry all of it)
+    sizes = {p[0]: p[2] for p in spec.parts if len(p) == 6} if spec.parts is not None \
+        else {spec.data: spec.nbytes} if spec.data else {}
     out: dict[str, str] = {}
     total = 0
     for key, size in sizes.items():
@@ -301,9 +305,11 @@ class PartitionLog:
         names up to millions of objects); keys that may not pass get the exact check."""
         data = layout.data_prefix(self.topic, self.partition)
         if not pc.all(pc.starts_with(keys, data)).as_py():
-            ok = pc.or_(pc.equal(keys, ""), pc.or_(
+            shared = "^" + re.escape(layout.shared_prefix(self.topic)) + r"[^/]+\.parquet$"
+            ok = pc.or_(pc.or_(pc.equal(keys, ""), pc.or_(
                 pc.starts_with(keys, data),
-                pc.starts_with(keys, layout.staging_prefix_of(self.topic))))
+                pc.starts_with(keys, layout.staging_prefix_of(self.topic)))),
+                pc.match_substring_regex(keys, shared))
             self._check_owned(keys.filter(pc.invert(ok)).to_pylist(), what)
         for chunk in keys.chunks:
             if _suspicious_bytes(chunk):
@@ -361,9 +367,11 @@ class PartitionLog:
                 spec.parts, marker_parts = kept or None, bool(kept)
             else:
                 spec.parts = kept or spec.parts[:1]
-                if len(spec.parts) == 1 or spec.parts[0][1] <= 0:
+                # (a batch of a shared object is always a part: its rows are named there)
+                if (len(spec.parts) == 1 and len(spec.parts[0]) == 6) \
+                        or spec.parts[0][1] <= 0:
                     spec.data, spec.count, spec.nbytes, spec.ts_min, spec.ts_max, \
-                        spec.untimed = spec.parts[0]
+                        spec.untimed = spec.parts[0][:6]
                     spec.parts = None
         if spec.parts is not None:  # the entry's totals are the parts' (never out of step)
             spec.data = spec.parts[0][0]
@@ -396,11 +404,10 @@ class PartitionLog:
             if spec.parts is None:
                 ts_min, ts_max = _stamp(spec.ts_min, spec.ts_max, spec.untimed, append_ms)
             else:
-                stamps = [_stamp(lo, hi, untimed, append_ms)
-                          for _, _, _, lo, hi, untimed in spec.parts]
+                stamps = [_stamp(p[3], p[4], p[5], append_ms) for p in spec.parts]
                 ts_min = min(lo for lo, _ in stamps)
                 ts_max = max(hi for _, hi in stamps)
-                extra = {PARTS: [[key, n, nb, lo, hi] for (key, n, nb, *_), (lo, hi)
+                extra = {PARTS: [[p[0], p[1], p[2], lo, hi, *p[6:]] for p, (lo, hi)
                                  in zip(spec.parts, stamps, strict=True)]}
             entry = Entry(
                 slot=st.next_slot, kind=spec.kind, base_offset=st.high_watermark,
