@@ -84,15 +84,9 @@ def topic_root(topic: str) -> str:
     return f"topics/{topic}/"
 
 
-def shared_prefix(topic: str) -> str:
-    """Where ``topic``'s shared batch objects (a step's batches of several partitions in
-    one object) live."""
-    return f"topics/{topic}/_shared/"
-
-
 def released_prefix(topic: str) -> str:
     """The release markers of ``topic``'s shared objects, a folder per object."""
-    return f"topics/{topic}/_shared/_released/"
+    return f"{shared_prefix(topic)}_released/"
 
 
 def release_markers_prefix(topic: str, name: str) -> str:

@@ -261,7 +261,7 @@ def purge(txlog: Log, tp: TopicPartition, now: int | None = None) -> int:
         if shared_deletion.is_shared(tp.topic, k):
             # Other partitions may still need it: released here, deleted by the last.
             shared_deletion.release(plog.store, tp.topic, k, tp.partition,
-                                   partitions=txlog.topic(tp.topic).partitions)
+                                    partitions=txlog.topic(tp.topic).partitions)
         else:
             plog.store.delete(k)
     plog.append(AppendSpec(kind=PURGE, count=0, extra={"purged_until_ms": max(d for d, _ in due)}))

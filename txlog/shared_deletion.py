@@ -23,8 +23,8 @@ import pyarrow.parquet as pq
 from txlog import checksums, layout
 from txlog.crashpoints import crashpoint
 from txlog.errors import CorruptObjectError, ObjectNotFoundError, TxlogError
+from txlog.shared_objects import FOOTER_KEY
 from txlog.shared_release import (
-    FOOTER_KEY,
     SharedFooter,
     object_name,
     parse_footer,
@@ -66,7 +66,7 @@ def release(store: ObjectStore, topic: str, key: str, partition: int, *,
     """Record that ``partition`` is done with shared object ``key``, then delete the
     object if every partition it holds has released it.  Returns what :func:`collect`
     found (DAMAGED, without a marker, for a key that names no shared object)."""
-    name = object_name(layout.shared_prefix(topic), key)
+    name = object_name(topic, key)
     if name is None:
         log.warning("not deleting %s: it is under the shared objects of topic %s but "
                     "names none", key, topic)
@@ -121,7 +121,7 @@ def collect_topic(store: ObjectStore, topic: str, *, partitions: int) -> Collect
     report = CollectReport()
     shared = layout.shared_prefix(topic)
     for name in store.list_children(layout.released_prefix(topic)):
-        if object_name(shared, shared + name) is None:
+        if object_name(topic, shared + name) is None:
             report.warnings.append(f"{layout.released_prefix(topic)}{name}: release "
                                    "markers of no shared object name; left alone")
             continue

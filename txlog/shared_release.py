@@ -16,11 +16,9 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from txlog import layout
 from txlog.errors import CorruptObjectError
-
-#: The footer key-value metadata that lists the partitions of a shared object.
-FOOTER_KEY = "txlog.shared"
-FOOTER_VERSION = 1
+from txlog.shared_objects import FOOTER_KEY, FOOTER_VERSION
 
 
 @dataclass(frozen=True)
@@ -101,15 +99,13 @@ def releases_complete(footer: SharedFooter, released: Iterable[int]) -> bool:
     return footer.partitions <= set(released)
 
 
-def object_name(shared_prefix: str, key: str) -> str | None:
-    """The name of the shared object ``key`` (a direct child of ``shared_prefix``, the
-    release folder excepted), or None when ``key`` is no shared object."""
-    if not key.startswith(shared_prefix):
+def object_name(topic: str, key: str) -> str | None:
+    """The name of ``topic``'s shared object ``key`` (its release markers' folder), or
+    None when ``key`` is no shared object of ``topic``."""
+    prefix = layout.shared_prefix(topic)
+    if not key.startswith(prefix) or not layout.is_shared(key):
         return None
-    name = key[len(shared_prefix):]
-    if not name or "/" in name or name.startswith("_") or name in (".", ".."):
-        return None
-    return name
+    return key[len(prefix):]
 
 
 def _bad(where: str, what: str) -> CorruptObjectError:

@@ -82,8 +82,10 @@ def test_releases_complete_only_when_they_cover_every_partition_of_the_footer() 
 
 def test_object_name_is_a_direct_child_of_the_shared_folder() -> None:
     pre = "topics/t/_shared/"
-    assert object_name(pre, pre + "ab.crc32-00000000.parquet") == "ab.crc32-00000000.parquet"
-    assert object_name(pre, "topics/t/0/data/x.parquet") is None
-    assert object_name(pre, pre + "_released/ab.parquet/0") is None
-    assert object_name(pre, pre + "a/b.parquet") is None
-    assert object_name(pre, pre) is None
+    assert object_name("t", pre + "ab.crc32-00000000.parquet") == "ab.crc32-00000000.parquet"
+    assert object_name("u", pre + "ab.crc32-00000000.parquet") is None  # another topic's
+    assert object_name("t", "topics/t/0/data/x.parquet") is None
+    assert object_name("t", pre + "_released/ab.parquet/0") is None
+    assert object_name("t", pre + "a/b.parquet") is None
+    assert object_name("t", pre + "ab.json") is None
+    assert object_name("t", pre) is None
