@@ -317,18 +317,28 @@ def maintain(txlog: Log, topics: list[str] | None = None, *, compact: bool = Tru
             report.failures.append(f"{tp.topic}-{tp.partition}: {pr.error}")
         report.partitions.append(pr)
     for t in found:
-        _collect_shared(txlog, t, report)
+        _collect_shared(txlog, t, [tp for tp in tps if tp.topic == t], report)
     if progress:
         progress(len(tps), len(tps), "done")
     return report
 
 
-def _collect_shared(txlog: Log, topic: str, report: MaintenanceReport) -> None:
+def _collect_shared(txlog: Log, topic: str, tps: list[TopicPartition],
+                    report: MaintenanceReport) -> None:
     """Delete the shared objects of ``topic`` that every partition holding them
     released, where a releaser was killed or raced before it could."""
+    prefix = layout.shared_prefix(topic)
+    holders: dict[str, set[int]] = {}
+    for tp in tps:
+        st = txlog.partition_log(tp).state  # as maintenance just left it
+        if st is not None:
+            for k in {*st.batches.data, *(k for _, k in st.pending_deletes)}:
+                if k.startswith(prefix):
+                    holders.setdefault(k, set()).add(tp.partition)
     try:
         done = shared_deletion.collect_topic(txlog.store, topic,
-                                            partitions=txlog.topic(topic).partitions)
+                                             partitions=txlog.topic(topic).partitions,
+                                             holders=holders)
     except TxlogError as exc:
         report.failures.append(f"topic {topic} shared objects: {_one_line(exc)}")
         return

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import struct
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -26,6 +27,7 @@ from txlog.errors import CorruptObjectError, ObjectNotFoundError, TxlogError
 from txlog.shared_objects import FOOTER_KEY
 from txlog.shared_release import (
     SharedFooter,
+    may_be_complete,
     object_name,
     parse_footer,
     released_partitions,
@@ -76,14 +78,16 @@ def release(store: ObjectStore, topic: str, key: str, partition: int, *,
     return collect(store, topic, name, partitions=partitions)
 
 
-def collect(store: ObjectStore, topic: str, name: str, *, partitions: int) -> str:
+def collect(store: ObjectStore, topic: str, name: str, *, partitions: int,
+            markers: list[str] | None = None) -> str:
     """Delete shared object ``name`` of ``topic`` (of ``partitions`` partitions) and
     then its release markers if the markers cover every partition its footer names;
     delete only the markers if the object is gone.  A missing or invalid footer
-    deletes nothing and warns."""
+    deletes nothing and warns.  ``markers``: the keys of its markers, if just listed."""
     key = layout.shared_prefix(topic) + name
     prefix = layout.release_markers_prefix(topic, name)
-    markers = store.list(prefix)
+    if markers is None:
+        markers = store.list(prefix)
     released = released_partitions(k[len(prefix):] for k in markers)
     try:
         footer = _read_footer(store, key, partitions=partitions)
@@ -113,20 +117,33 @@ def collect(store: ObjectStore, topic: str, name: str, *, partitions: int) -> st
     return DELETED
 
 
-def collect_topic(store: ObjectStore, topic: str, *, partitions: int) -> CollectReport:
+def collect_topic(store: ObjectStore, topic: str, *, partitions: int,
+                  holders: Mapping[str, Iterable[int]] | None = None) -> CollectReport:
     """Finish what releasers of ``topic``'s shared objects left undone (a process
-    killed between its release and the deletion, or two releasers that raced): every
-    object with release markers is collected.  A failure on one object does not stop
-    the others."""
+    killed between its release and the deletion, or releasers that raced): every
+    object with release markers is collected.  ``holders`` (shared key -> partitions
+    whose state still names it, as just read) spares reading the footer of an object
+    a partition still holds and has not released: that partition collects it when it
+    does.  A failure on one object does not stop the others."""
     report = CollectReport()
     shared = layout.shared_prefix(topic)
-    for name in store.list_children(layout.released_prefix(topic)):
+    released_root = layout.released_prefix(topic)
+    by_name: dict[str, list[str]] = {}
+    for k in store.list(released_root):  # one listing for all, not one per object
+        by_name.setdefault(k[len(released_root):].split("/", 1)[0], []).append(k)
+    held = holders or {}
+    for name, markers in by_name.items():
         if object_name(topic, shared + name) is None:
-            report.warnings.append(f"{layout.released_prefix(topic)}{name}: release "
-                                   "markers of no shared object name; left alone")
+            report.warnings.append(f"{released_root}{name}: release markers of no shared "
+                                   "object name; left alone")
+            continue
+        prefix = layout.release_markers_prefix(topic, name)
+        released = released_partitions(k[len(prefix):] for k in markers)
+        if not may_be_complete(released, held.get(shared + name, ())):
+            report.waiting += 1
             continue
         try:
-            outcome = collect(store, topic, name, partitions=partitions)
+            outcome = collect(store, topic, name, partitions=partitions, markers=markers)
         except TxlogError as exc:
             report.failures.append(f"shared object {shared}{name}: "
                                    + " ".join(str(exc).split()))

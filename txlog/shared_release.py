@@ -99,6 +99,14 @@ def releases_complete(footer: SharedFooter, released: Iterable[int]) -> bool:
     return footer.partitions <= set(released)
 
 
+def may_be_complete(released: Iterable[int], holders: Iterable[int]) -> bool:
+    """Whether releases ``released`` may cover an object that partitions ``holders``
+    still name in their state: not while one of them has not released it (it releases
+    and collects the object itself once it drops it), so its footer need not be read."""
+    done = set(released)
+    return all(p in done for p in holders)
+
+
 def object_name(topic: str, key: str) -> str | None:
     """The name of ``topic``'s shared object ``key`` (its release markers' folder), or
     None when ``key`` is no shared object of ``topic``."""

@@ -161,3 +161,21 @@ def test_collect_waits_for_every_partition_in_the_footer(store: ObjectStore) -> 
     store.put(layout.release_key(TOPIC, name, 5), b"")
     assert collect(store, TOPIC, name, partitions=6) == DELETED
     assert not store.exists(key) and markers(store, name) == []
+
+
+def test_collect_topic_reads_no_footer_of_an_object_a_partition_holds_unreleased(
+        store: ObjectStore) -> None:
+    held_key, held_name = put_shared(store, shared_body([(0, 1), (1, 1)], footer=None))
+    done_key, done_name = put_shared(store, shared_body([(0, 1), (1, 1)]))
+    for name in (held_name, done_name):
+        store.put(layout.release_key(TOPIC, name, 0), b"")
+    store.put(layout.release_key(TOPIC, done_name, 1), b"")
+    # Partition 1 still names the first (unreleased): its footer (missing) is not read;
+    # partition 0 names the second, but released it: the second goes.
+    report = collect_topic(store, TOPIC, partitions=2,
+                           holders={held_key: {1}, done_key: {0}})
+    assert (report.deleted, report.waiting, report.warnings) == (1, 1, [])
+    assert store.exists(held_key) and not store.exists(done_key)
+    # Without what the partitions hold, the footer is read, and its absence warned about.
+    report = collect_topic(store, TOPIC, partitions=2)
+    assert (report.deleted, report.waiting, len(report.warnings)) == (0, 0, 1)

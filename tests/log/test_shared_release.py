@@ -10,6 +10,7 @@ import pytest
 from txlog.errors import CorruptObjectError, TxlogError
 from txlog.shared_release import (
     SharedFooter,
+    may_be_complete,
     object_name,
     parse_footer,
     released_partitions,
@@ -89,3 +90,10 @@ def test_object_name_is_a_direct_child_of_the_shared_folder() -> None:
     assert object_name("t", pre + "a/b.parquet") is None
     assert object_name("t", pre + "ab.json") is None
     assert object_name("t", pre) is None
+
+
+def test_an_object_a_partition_holds_unreleased_cannot_be_complete() -> None:
+    assert may_be_complete([0, 1], [])
+    assert may_be_complete([0, 1], [1])
+    assert not may_be_complete([0], [0, 1])
+    assert not may_be_complete([], [2])
