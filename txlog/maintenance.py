@@ -35,6 +35,8 @@ class PartitionReport:
     dropped_aborted_batches: int = 0
     segments_written: int = 0
     objects_deleted: int = 0
+    #: Shared objects this partition's releases completed, and so deleted.
+    shared_objects_deleted: int = 0
     expired_producers: int = 0
     checkpoint: str | None = None
     #: Why maintaining this partition stopped part-way (None: it did not).
@@ -52,7 +54,8 @@ class MaintenanceReport:
     expired_transactional_ids: list[str] = field(default_factory=list)
     #: Every failure, one line each ("<what>: <error>"): the sweep, a topic, a partition.
     failures: list[str] = field(default_factory=list)
-    #: Shared batch objects deleted once every partition holding them released them.
+    #: Shared batch objects deleted once every partition holding them released them
+    #: (by the partitions' purges, and by the pass that finishes what others left).
     shared_objects_deleted: int = 0
     #: What was left alone on purpose, one line each (a shared object whose footer
     #: cannot be trusted is never deleted).
@@ -243,9 +246,11 @@ def _delete_times(txlog: Log, tp: TopicPartition) -> dict[str, int]:
     return {"delete_delay_ms": delay, "delete_due_ms": store_now_ms(txlog) + delay}
 
 
-def purge(txlog: Log, tp: TopicPartition, now: int | None = None) -> int:
+def purge(txlog: Log, tp: TopicPartition, now: int | None = None, *,
+          report: PartitionReport | None = None) -> int:
     """Delete objects whose deletion delay has passed (on the store's clock), then record
-    it in the log.  ``now`` (a test's or an operator's choice) replaces the store's time."""
+    it in the log; a shared object is released instead, and deleted by the release that
+    completes it.  ``now`` (a test's or an operator's choice) replaces the store's time."""
     plog = txlog.partition_log(tp)
     st = plog.refresh()
     if not st.pending_deletes:
@@ -260,8 +265,10 @@ def purge(txlog: Log, tp: TopicPartition, now: int | None = None) -> int:
             continue
         if shared_deletion.is_shared(tp.topic, k):
             # Other partitions may still need it: released here, deleted by the last.
-            shared_deletion.release(plog.store, tp.topic, k, tp.partition,
-                                    partitions=txlog.topic(tp.topic).partitions)
+            outcome = shared_deletion.release(plog.store, tp.topic, k, tp.partition,
+                                              partitions=txlog.topic(tp.topic).partitions)
+            if report is not None and outcome == shared_deletion.DELETED:
+                report.shared_objects_deleted += 1
         else:
             plog.store.delete(k)
     plog.append(AppendSpec(kind=PURGE, count=0, extra={"purged_until_ms": max(d for d, _ in due)}))
@@ -305,7 +312,7 @@ def maintain(txlog: Log, topics: list[str] | None = None, *, compact: bool = Tru
             pr.retained_from = apply_retention(txlog, tp, now)
             if compact:
                 compact_partition(txlog, tp, pr)
-            pr.objects_deleted = purge(txlog, tp, now)
+            pr.objects_deleted = purge(txlog, tp, now, report=pr)
             plog = txlog.partition_log(tp)
             st = plog.refresh()
             kept = expire_producers(st, int(txlog.config["producer.id.expiration.ms"]),
@@ -316,6 +323,7 @@ def maintain(txlog: Log, topics: list[str] | None = None, *, compact: bool = Tru
             pr.error = _one_line(exc)
             report.failures.append(f"{tp.topic}-{tp.partition}: {pr.error}")
         report.partitions.append(pr)
+        report.shared_objects_deleted += pr.shared_objects_deleted
     for t in found:
         _collect_shared(txlog, t, [tp for tp in tps if tp.topic == t], report)
     if progress:

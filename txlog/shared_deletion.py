@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import struct
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -36,6 +36,7 @@ from txlog.shared_release import (
 from txlog.storage import ObjectStore
 
 log = logging.getLogger(__name__)
+_warned: set[str] = set()  # keys warned about in this process (see _warn_once)
 
 #: What :func:`collect` found: the object deleted now, kept for partitions that have
 #: not released it, already gone (its leftover markers deleted), or kept because its
@@ -70,8 +71,8 @@ def release(store: ObjectStore, topic: str, key: str, partition: int, *,
     found (DAMAGED, without a marker, for a key that names no shared object)."""
     name = object_name(topic, key)
     if name is None:
-        log.warning("not deleting %s: it is under the shared objects of topic %s but "
-                    "names none", key, topic)
+        _warn_once(key)(f"not deleting {key}: it is under the shared objects of topic "
+                        f"{topic} but names none")
         return DAMAGED
     store.put(layout.release_key(topic, name, partition), b"")
     crashpoint("after_shared_release")
@@ -79,11 +80,13 @@ def release(store: ObjectStore, topic: str, key: str, partition: int, *,
 
 
 def collect(store: ObjectStore, topic: str, name: str, *, partitions: int,
-            markers: list[str] | None = None) -> str:
+            markers: list[str] | None = None,
+            warn: Callable[[str], None] | None = None) -> str:
     """Delete shared object ``name`` of ``topic`` (of ``partitions`` partitions) and
     then its release markers if the markers cover every partition its footer names;
     delete only the markers if the object is gone.  A missing or invalid footer
-    deletes nothing and warns.  ``markers``: the keys of its markers, if just listed."""
+    deletes nothing and warns (through ``warn``, else logged once per process and
+    object).  ``markers``: the keys of its markers, if just listed."""
     key = layout.shared_prefix(topic) + name
     prefix = layout.release_markers_prefix(topic, name)
     if markers is None:
@@ -108,7 +111,7 @@ def collect(store: ObjectStore, topic: str, name: str, *, partitions: int,
             store.delete(k)
         return GONE
     except CorruptObjectError as exc:
-        log.warning("%s", exc)
+        (warn or _warn_once(key))(" ".join(str(exc).split()))
         return DAMAGED
     store.delete(key)
     crashpoint("after_shared_delete")
@@ -143,7 +146,8 @@ def collect_topic(store: ObjectStore, topic: str, *, partitions: int,
             report.waiting += 1
             continue
         try:
-            outcome = collect(store, topic, name, partitions=partitions, markers=markers)
+            outcome = collect(store, topic, name, partitions=partitions, markers=markers,
+                              warn=report.warnings.append)
         except TxlogError as exc:
             report.failures.append(f"shared object {shared}{name}: "
                                    + " ".join(str(exc).split()))
@@ -152,10 +156,15 @@ def collect_topic(store: ObjectStore, topic: str, *, partitions: int,
             report.deleted += 1
         elif outcome == WAITING:
             report.waiting += 1
-        elif outcome == DAMAGED:
-            report.warnings.append(f"shared object {shared}{name}: its footer is missing "
-                                   "or invalid; not deleted")
     return report
+
+
+def _warn_once(key: str) -> Callable[[str], None]:
+    """A warning about ``key`` logged the first time in this process, then at debug
+    level: every partition's purge, and every maintenance run, meets the object again."""
+    first = key not in _warned
+    _warned.add(key)
+    return lambda msg: (log.warning if first else log.debug)("%s", msg)
 
 
 def _read_footer(store: ObjectStore, key: str, *, partitions: int) -> SharedFooter:

@@ -116,6 +116,8 @@ def test_retention_frees_a_shared_object_only_after_every_partition_dropped_it(
     # Partition 1's passes too: the object goes, then its markers.
     rep = maintain(log, ["r"], compact=False, now=NOW + 20 * DAY)
     assert [p.retained_from for p in rep.partitions] == [None, 3]
+    assert [p.shared_objects_deleted for p in rep.partitions] == [0, 1]
+    assert rep.shared_objects_deleted == 1
     assert not log.store.exists(s1) and markers(log, "r", s1) == []
     assert log.store.exists(s2) and markers(log, "r", s2) == []
     assert values(connect(root), tp1) == [b"b3"]
@@ -261,3 +263,28 @@ def test_deleting_a_topic_deletes_its_shared_objects_and_markers(
     assert log.store.list(layout.released_prefix("x")) != []
     log.delete_topic("x")
     assert log.store.list(layout.topic_root("x")) == []
+
+
+def test_txlog_maintain_warns_about_a_damaged_shared_object_and_reports_deletions(
+        root: tuple[str, dict[str, Any]]) -> None:
+    log = connect(root)
+    log.create_topic("w", partitions=2, config={"file.delete.delay.ms": 0})
+    bad, bad_parts = write_shared(log, "w", {0: [b"a0"], 1: [b"b0"]}, footer=False)
+    good, good_parts = write_shared(log, "w", {0: [b"a1"], 1: [b"b1"]})
+    for p in (0, 1):
+        append_plain(log, TopicPartition("w", p), bad_parts[p], NOW)
+        append_plain(log, TopicPartition("w", p), good_parts[p], NOW)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("TXLOG_CONF", "TXLOG_CRASH_AT", "TXLOG_STORAGE_OPTIONS")}
+    env.update(TXLOG_ROOT=root[0], TXLOG_STORAGE_OPTIONS=json.dumps(root[1]))
+    # Each partition compacts both objects into a segment of its own and releases them.
+    p = subprocess.run([sys.executable, "-m", "txlog.cli", "maintain", "--topic", "w",
+                        "--no-progress"], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    warnings = [x for x in p.stderr.splitlines() if x.startswith("txlog: warning: ")]
+    assert len(warnings) == 1 and bad in warnings[0], p.stderr
+    assert "Deleted 1 shared object(s)" in p.stdout, p.stdout
+    assert log.store.exists(bad) and not log.store.exists(good)
+    assert markers(log, "w", bad) == ["0", "1"] and markers(log, "w", good) == []
+    assert values(connect(root), TopicPartition("w", 1)) == [b"b0", b"b1"]
