@@ -278,13 +278,13 @@ def test_txlog_maintain_warns_about_a_damaged_shared_object_and_reports_deletion
            if k not in ("TXLOG_CONF", "TXLOG_CRASH_AT", "TXLOG_STORAGE_OPTIONS")}
     env.update(TXLOG_ROOT=root[0], TXLOG_STORAGE_OPTIONS=json.dumps(root[1]))
     # Each partition compacts both objects into a segment of its own and releases them.
-    p = subprocess.run([sys.executable, "-m", "txlog.cli", "maintain", "--topic", "w",
-                        "--no-progress"], env=env, capture_output=True, text=True,
-                       timeout=120)
-    assert p.returncode == 0, p.stderr
-    warnings = [x for x in p.stderr.splitlines() if x.startswith("txlog: warning: ")]
-    assert len(warnings) == 1 and bad in warnings[0], p.stderr
-    assert "Deleted 1 shared object(s)" in p.stdout, p.stdout
+    proc = subprocess.run([sys.executable, "-m", "txlog.cli", "maintain", "--topic", "w",
+                           "--no-progress"], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    warnings = [x for x in proc.stderr.splitlines() if x.startswith("txlog: warning: ")]
+    assert len(warnings) == 1 and bad in warnings[0], proc.stderr
+    assert "Deleted 1 shared object(s)" in proc.stdout, proc.stdout
     assert log.store.exists(bad) and not log.store.exists(good)
     assert markers(log, "w", bad) == ["0", "1"] and markers(log, "w", good) == []
     assert values(connect(root), TopicPartition("w", 1)) == [b"b0", b"b1"]
