@@ -288,3 +288,35 @@ def test_txlog_maintain_warns_about_a_damaged_shared_object_and_reports_deletion
     assert log.store.exists(bad) and not log.store.exists(good)
     assert markers(log, "w", bad) == ["0", "1"] and markers(log, "w", good) == []
     assert values(connect(root), TopicPartition("w", 1)) == [b"b0", b"b1"]
+
+
+def test_shared_objects_a_producer_wrote_go_once_every_partition_compacted_them(
+        root: tuple[str, dict[str, Any]]) -> None:
+    log = connect(root)
+    log.create_topic("pw", partitions=3, config={"file.delete.delay.ms": 0})
+    prod = log.producer(transactional_id="w")
+    prod.init_transactions()
+    want: dict[int, list[bytes]] = {0: [], 1: [], 2: []}
+    for n in range(5):
+        prod.begin_transaction()
+        for p in (0, 1, 2):
+            prod.send("pw", b"%d-%d" % (n, p), partition=p)
+        prod.flush()  # one step: one shared object of the three batches
+        prod.send("pw", b"%d-last" % n, partition=n % 3)
+        if n == 2:
+            prod.abort_transaction()
+            continue
+        prod.commit_transaction()
+        for p in (0, 1, 2):
+            want[p].append(b"%d-%d" % (n, p))
+        want[n % 3].append(b"%d-last" % n)
+    prod.close()
+    shared = [k for k in log.store.list(layout.shared_prefix("pw")) if layout.is_shared(k)]
+    assert len(shared) >= 5, shared
+    rep = maintain(log, ["pw"])
+    assert rep.failures == [] and rep.warnings == []
+    left = log.store.list(layout.shared_prefix("pw"))
+    assert left == [], left
+    assert rep.shared_objects_deleted == len(shared)
+    for p in (0, 1, 2):
+        assert values(connect(root), TopicPartition("pw", p)) == want[p]
