@@ -179,3 +179,16 @@ def test_collect_topic_reads_no_footer_of_an_object_a_partition_holds_unreleased
     # Without what the partitions hold, the footer is read, and its absence warned about.
     report = collect_topic(store, TOPIC, partitions=2)
     assert (report.deleted, report.waiting, len(report.warnings)) == (0, 0, 1)
+
+
+def test_a_footer_larger_than_the_first_tail_read_is_read_whole(store: ObjectStore) -> None:
+    n = 700  # row groups enough for a footer past the first 64 KiB read
+    body = shared_body([(p, 1) for p in range(n)])
+    assert int.from_bytes(body[-8:-4], "little") > 64 * 1024
+    key, name = put_shared(store, body)
+    # Waiting (not damaged): the footer was read, parsed and found valid, and names
+    # partitions that have not released the object.
+    assert release(store, TOPIC, key, 0, partitions=n) == WAITING
+    # A footer naming a partition past the topic's is refused from the same read.
+    assert collect(store, TOPIC, name, partitions=n - 1) == DAMAGED
+    assert store.exists(key)
