@@ -17,6 +17,7 @@ import pyarrow as pa
 from txlog import checksums, layout, shared_deletion
 from txlog.batch_codec import encode_parquet
 from txlog.errors import TxlogError
+from txlog.fanout import fan_out
 from txlog.model import COMPACT, PURGE, RETENTION
 from txlog.partition_log import AppendSpec
 from txlog.partition_state import VISIBLE, PartitionState, ReadSpan
@@ -260,17 +261,26 @@ def purge(txlog: Log, tp: TopicPartition, now: int | None = None, *,
     if not due:
         return 0
     referenced = set(st.batches.data)
+    shared = []
     for _, k in due:
         if k in referenced:
             continue
         if shared_deletion.is_shared(tp.topic, k):
-            # Other partitions may still need it: released here, deleted by the last.
-            outcome = shared_deletion.release(plog.store, tp.topic, k, tp.partition,
-                                              partitions=txlog.topic(tp.topic).partitions)
-            if report is not None and outcome == shared_deletion.DELETED:
-                report.shared_objects_deleted += 1
+            shared.append(k)  # other partitions may still need it: released, not deleted
         else:
             plog.store.delete(k)
+    if shared:
+        partitions = txlog.topic(tp.topic).partitions
+
+        def release(key: str) -> str:
+            return shared_deletion.release(plog.store, tp.topic, key, tp.partition,
+                                           partitions=partitions)
+
+        # A release is several requests: on a remote store, the objects side by side.
+        remote = len(shared) > 1 and not plog.store.local_requests
+        outcomes = fan_out(release, shared) if remote else [release(k) for k in shared]
+        if report is not None:
+            report.shared_objects_deleted += outcomes.count(shared_deletion.DELETED)
     plog.append(AppendSpec(kind=PURGE, count=0, extra={"purged_until_ms": max(d for d, _ in due)}))
     return len(due)
 
