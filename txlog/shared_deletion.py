@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import logging
 import struct
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -44,6 +46,10 @@ _warned: set[str] = set()  # keys warned about in this process (see _warn_once)
 DELETED, WAITING, GONE, DAMAGED = "deleted", "waiting", "gone", "damaged"
 
 _TAIL = 64 * 1024  # one ranged read holds the footer of any batch object txlog writes
+#: Validated footers of objects not yet deleted (see _cached_footer), newest last.
+_FOOTERS_KEPT = 4096
+_footers: OrderedDict[tuple[str, str], tuple[int, SharedFooter]] = OrderedDict()
+_footers_lock = threading.Lock()
 _MAGIC = b"PAR1"
 
 
@@ -93,7 +99,7 @@ def collect(store: ObjectStore, topic: str, name: str, *, partitions: int,
         markers = store.list(prefix)
     released = released_partitions(k[len(prefix):] for k in markers)
     try:
-        footer = _read_footer(store, key, partitions=partitions)
+        footer = _cached_footer(store, key, partitions=partitions)
         if not releases_complete(footer, released):
             return WAITING
         # The footer decides a deletion only from bytes that match the name's checksum.
@@ -107,6 +113,7 @@ def collect(store: ObjectStore, topic: str, name: str, *, partitions: int,
         if not releases_complete(footer, released):
             return WAITING
     except ObjectNotFoundError:
+        _forget(store, key)
         for k in markers:
             store.delete(k)
         return GONE
@@ -114,6 +121,7 @@ def collect(store: ObjectStore, topic: str, name: str, *, partitions: int,
         (warn or _warn_once(key))(" ".join(str(exc).split()))
         return DAMAGED
     store.delete(key)
+    _forget(store, key)
     crashpoint("after_shared_delete")
     for k in markers:
         store.delete(k)
@@ -165,6 +173,29 @@ def _warn_once(key: str) -> Callable[[str], None]:
     first = key not in _warned
     _warned.add(key)
     return lambda msg: (log.warning if first else log.debug)("%s", msg)
+
+
+def _cached_footer(store: ObjectStore, key: str, *, partitions: int) -> SharedFooter:
+    """The validated footer of ``key``, read once per process: every partition of the
+    object releases it, usually in one maintenance run.  (A shared object never
+    changes under its name, and the deletion itself re-reads the whole object.)"""
+    ck = (store.identity, key)
+    with _footers_lock:
+        got = _footers.get(ck)
+        if got is not None and got[0] == partitions:
+            _footers.move_to_end(ck)
+            return got[1]
+    footer = _read_footer(store, key, partitions=partitions)
+    with _footers_lock:
+        _footers[ck] = (partitions, footer)
+        while len(_footers) > _FOOTERS_KEPT:
+            _footers.popitem(last=False)
+    return footer
+
+
+def _forget(store: ObjectStore, key: str) -> None:
+    with _footers_lock:
+        _footers.pop((store.identity, key), None)
 
 
 def _read_footer(store: ObjectStore, key: str, *, partitions: int) -> SharedFooter:

@@ -192,3 +192,19 @@ def test_a_footer_larger_than_the_first_tail_read_is_read_whole(store: ObjectSto
     # A footer naming a partition past the topic's is refused from the same read.
     assert collect(store, TOPIC, name, partitions=n - 1) == DAMAGED
     assert store.exists(key)
+
+
+def test_one_process_reads_an_objects_footer_once_for_all_its_releases(
+        store: ObjectStore) -> None:
+    n = 8
+    key, _ = put_shared(store, shared_body([(p, 2) for p in range(n)]))
+    store.counter.reset()
+    outcomes = [release(store, TOPIC, key, p, partitions=n) for p in range(n)]
+    assert outcomes == [WAITING] * (n - 1) + [DELETED]
+    reqs = store.counter.snapshot()["requests"]
+    # Per release a put and a listing (one or more requests, by store); the footer's
+    # size and tail once; the whole object once (its checksum, before the deletion);
+    # then the object and its markers.
+    assert (reqs.get("head", 0), reqs.get("get_range", 0), reqs.get("get", 0)) == (1, 1, 1)
+    assert (reqs.get("put", 0), reqs.get("delete", 0)) == (n, n + 1)
+    assert reqs.get("list", 0) >= n
