@@ -278,3 +278,30 @@ def test_a_failed_append_never_deletes_a_shared_object_another_partition_named(
     assert len(lg.store.list("topics/t/_shared/")) == 1
     assert [r.value for r in _read(lg, 0, "read_committed")] == [b"zero"]
     assert _read(lg, 1, "read_committed") == [] == _read(lg, 2, "read_committed")
+
+
+def test_a_partitions_purge_never_deletes_a_shared_object_another_partition_reads(
+        tmp_path: Path) -> None:
+    """Partition 0 compacts its batches (a shared object's among them) into a segment and
+    purges what it dropped: partition 1's batch in the shared object stays readable."""
+    from txlog.maintenance import maintain
+
+    lg = txlog.connect(str(tmp_path))
+    lg.create_topic("t", partitions=2, config={"file.delete.delay.ms": 0})
+    p = lg.producer(transactional_id="tx", linger_ms=600_000)
+    p.init_transactions()
+    for values in ([(0, b"a0"), (1, b"a1")], [(0, b"b0")]):
+        p.begin_transaction()
+        for q, v in values:
+            p.send("t", v, partition=q)
+        p.commit_transaction()
+    p.close()
+    (shared,) = lg.store.list("topics/t/_shared/")
+    report = maintain(lg, ["t"])
+    assert report.failures == []
+    compacted = lg.partition_log(TopicPartition("t", 0)).refresh()
+    assert shared not in compacted.batches.data and not compacted.pending_deletes
+    # (beside it, partition 0's release marker: partition 1 has not released it)
+    assert [k for k in lg.store.list("topics/t/_shared/") if layout.is_shared(k)] == [shared]
+    assert [r.value for r in _read(lg, 0, "read_committed")] == [b"a0", b"b0"]
+    assert [r.value for r in _read(lg, 1, "read_committed")] == [b"a1"]
