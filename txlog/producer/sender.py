@@ -565,9 +565,7 @@ class Sender(Appender):
             # Each lane writes every lanes-th object in turn: at most that many at once.
             got = [x for lane in fanout.fan_out(
                 lambda i: [put(u) for u in units[i::lanes]], range(lanes)) for x in lane]
-        out: list[_Object | None] = [None] * len(items)
+        out: dict[int, _Object] = {}
         for placed in got:
-            for i, o in placed:
-                out[i] = o
-        assert all(o is not None for o in out)
-        return out  # type: ignore[return-value]
+            out.update(placed)
+        return [out[i] for i in range(len(items))]
