@@ -253,8 +253,7 @@ class PartitionLog:
         for key in reversed(keys):
             try:
                 st = decode_checkpoint(self.store.get(key), key)
-                self._check_owned_column(st.batches.arrow().column("data"),
-                                         f"checkpoint {key}")
+                self._check_owned_column(st.batches.arrow(), f"checkpoint {key}")
                 self._check_owned({k for _, k in st.pending_deletes}, f"checkpoint {key}")
                 return st
             except ObjectNotFoundError:
@@ -300,17 +299,29 @@ class PartitionLog:
                     "name its own partition's objects. It is corrupt, or was written by "
                     "someone who should not write to this root: remove it")
 
-    def _check_owned_column(self, keys: pa.ChunkedArray, what: str) -> None:
-        """:meth:`_check_owned` for a column of keys, with array operations (a checkpoint
-        names up to millions of objects); keys that may not pass get the exact check."""
+    def _check_owned_column(self, batches: pa.Table, what: str) -> None:
+        """:meth:`_check_owned` for a batch index's keys, with array operations (a
+        checkpoint names up to millions of objects); keys that may not pass get the exact
+        check.  Also: a batch names a shared object's rows (``object_rows``) exactly when
+        its key is a shared object's, or a reader would take the whole object as its own."""
+        keys = batches.column("data")
+        in_shared = batches.column("object_rows").to_numpy() != 0
         data = layout.data_prefix(self.topic, self.partition)
-        if not pc.all(pc.starts_with(keys, data)).as_py():
+        if pc.all(pc.starts_with(keys, data)).as_py():
+            named_shared = np.zeros(len(keys), bool)
+        else:
             shared = "^" + re.escape(layout.shared_prefix(self.topic)) + r"[^/]+\.parquet$"
+            is_shared = pc.match_substring_regex(keys, shared)
+            named_shared = is_shared.to_numpy(zero_copy_only=False)
             ok = pc.or_(pc.or_(pc.equal(keys, ""), pc.or_(
                 pc.starts_with(keys, data),
-                pc.starts_with(keys, layout.staging_prefix_of(self.topic)))),
-                pc.match_substring_regex(keys, shared))
+                pc.starts_with(keys, layout.staging_prefix_of(self.topic)))), is_shared)
             self._check_owned(keys.filter(pc.invert(ok)).to_pylist(), what)
+        if (named_shared != in_shared).any():
+            raise CorruptObjectError(
+                f"{what} has batches whose objects and object_rows disagree (a shared "
+                "object's batch without the object's rows, or rows for an object of its "
+                "own); txlog falls back to an older checkpoint or the log itself")
         for chunk in keys.chunks:
             if _suspicious_bytes(chunk):
                 odd = pc.or_(pc.match_substring(chunk, ".."), pc.or_(

@@ -120,7 +120,7 @@ def footer_partitions(metadata: pq.FileMetaData, where: str) -> list[tuple[int, 
             "written as a shared object, or was damaged; nothing relies on it being deleted")
     try:
         d = json.loads(raw)
-        if not isinstance(d, dict) or d.get("v") != FOOTER_VERSION:
+        if not isinstance(d, dict) or type(d.get("v")) is not int or d["v"] != FOOTER_VERSION:
             raise ValueError(f"version {d.get('v') if isinstance(d, dict) else None!r}")
         runs = d["partitions"]
         if not isinstance(runs, list) or not runs:

@@ -44,7 +44,9 @@ def parse_footer(value: bytes | str | None, *, where: str, partitions: int,
         raise _bad(where, f"has no {FOOTER_KEY} footer metadata")
     try:
         doc = json.loads(value)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        # RecursionError: JSON nested past the parser's depth, which any object under
+        # _shared/ may hold; it must not stop maintenance of every later partition.
         raise _bad(where, f"has a {FOOTER_KEY} footer that is not JSON ({exc})") from None
     if not isinstance(doc, dict):
         raise _bad(where, f"has a {FOOTER_KEY} footer that is not a JSON object")

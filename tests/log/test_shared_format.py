@@ -186,7 +186,8 @@ def _footer(runs: Any, rows: int) -> pq.FileMetaData:
     sink = pa.BufferOutputStream()
     with pq.ParquetWriter(sink, KAFKA_SCHEMA) as w:
         w.write_table(_kafka([b"x"] * rows))
-        w.add_key_value_metadata({FOOTER_KEY: json.dumps(runs)})
+        w.add_key_value_metadata({FOOTER_KEY: runs if isinstance(runs, str)
+                                  else json.dumps(runs)})
     return pq.ParquetFile(pa.BufferReader(sink.getvalue())).metadata
 
 
@@ -199,6 +200,8 @@ def _footer(runs: Any, rows: int) -> pq.FileMetaData:
     {"v": 1, "partitions": [[0, 0, 1], [1, 2, 2]]},   # rows not contiguous
     {"v": 1, "partitions": [[0, 0, 1], [1, 1, "2"]]},
     [[0, 0, 3]],
+    {"v": True, "partitions": [[0, 0, 3]]},
+    "[" * 100_000 + "]" * 100_000,  # past the JSON parser's nesting depth
 ])
 def test_invalid_footers_are_refused_as_corrupt(footer: Any) -> None:
     assert footer_partitions(_footer({"v": 1, "partitions": [[0, 0, 1], [4, 1, 2]]}, 3),
@@ -278,6 +281,28 @@ def test_a_checkpoint_naming_shared_objects_loads_and_another_topics_is_refused(
         again = PartitionLog(lg.store, "t", 0).load()  # from the log instead
     assert "outside t-0's own data" in caplog.text
     assert all(k.startswith("topics/t/_shared/") for k in again.batches.data)
+
+
+def test_a_checkpoint_whose_shared_batches_lost_their_object_rows_is_refused(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """object_rows 0 would make a reader take the whole shared object, every partition's
+    rows, as this batch's own."""
+    lg, want = _hand_written(tmp_path, partitions=2, rounds=4)
+    st = lg.partition_log(TopicPartition("t", 0)).refresh()
+    (cp,) = lg.store.list(layout.checkpoint_prefix("t", 0))
+    st.batches.object_rows = [0] * len(st.batches.object_rows)
+    st.batches.row = [0] * len(st.batches.row)
+    lg.store.put(cp, encode_checkpoint(st))
+    with caplog.at_level("WARNING"):
+        again = PartitionLog(lg.store, "t", 0).load()  # from the log instead
+    assert "object_rows disagree" in caplog.text
+    assert all(n > 0 for n in again.batches.object_rows)
+    c = txlog.connect(str(tmp_path)).consumer(auto_offset_reset="earliest")
+    c.assign([TopicPartition("t", 0)])
+    got = []
+    while batch := c.poll(timeout_ms=0):
+        got += batch
+    assert [r.value for r in got] == want[0]
 
 
 # -- PrepareCommit records -----------------------------------------------------------------

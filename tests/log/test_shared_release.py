@@ -51,6 +51,7 @@ def test_a_valid_footer_names_its_partitions() -> None:
     (footer([[0, 0, 0], [1, 0, 8]]), "end at row 0"),
     (footer([[0, 0, 4], [1, 4, 3]]), "names 7 rows in its footer but holds 8"),
     (footer([[0, 0, 4], [1, 4, 5]]), "names 9 rows"),
+    (b"[" * 100_000 + b"]" * 100_000, "not JSON"),  # past the parser's nesting depth
 ])
 def test_an_invalid_footer_is_refused(value: bytes | None, why: str) -> None:
     with pytest.raises(CorruptObjectError, match="not deleted") as err:
