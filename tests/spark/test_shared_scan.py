@@ -194,6 +194,27 @@ def test_the_jvm_scan_reads_each_shared_object_once(
         assert f"{len(objects)} of {len(objects)} batch objects" in plan, plan
 
 
+def test_objects_fetched_ahead_are_shared_objects_fetched_once(
+        spark: Any, lake_with_headers: tuple[str, list[Row]]) -> None:
+    """With the scan's prefetch on for local disk too, each object is still fetched (and
+    its bytes counted) once, whichever task and slice reads it."""
+    url, want = lake_with_headers
+    objects = visible_objects(url)
+    hadoop = spark.sparkContext._jsc.hadoopConfiguration()
+    hadoop.set("txlog.scan.prefetch.local", "true")
+    hadoop.set("txlog.scan.prefetch.objects", "3")
+    try:
+        for partitions in ("1", "4"):
+            after = last_stage(spark)
+            df = load(spark, "txlog", url, minPartitions=partitions)
+            assert spark_rows(df) == want
+            assert sum(decoded_by(df)) == len(objects)
+            assert stage_metrics(spark, after) == (sum(objects.values()), len(want))
+    finally:
+        hadoop.unset("txlog.scan.prefetch.local")
+        hadoop.unset("txlog.scan.prefetch.objects")
+
+
 def executed(df: Any) -> str:
     return str(df._jdf.queryExecution().executedPlan().toString())
 
