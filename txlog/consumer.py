@@ -305,6 +305,8 @@ class Consumer:
         # The same limit on the decoded tables: records that compress well decode to
         # many times their stored size (at least one object is decoded per poll).
         decoded_room = self.fetch_max_bytes
+        # Shared objects decoded this round: the other partitions in them read them here.
+        kept: dict[str, pa.Table] = {}
         for i in range(n):
             if budget <= 0 or room <= 0 or decoded_room <= 0:
                 break
@@ -341,7 +343,8 @@ class Consumer:
             if not take:
                 break
             tables = plog.read_spans(take, max_decoded=min(decoded_room,
-                                                           self.max_partition_fetch_bytes))
+                                                           self.max_partition_fetch_bytes),
+                                     kept=kept)
             if len(tables) < len(take):
                 take = take[:len(tables)]
                 total = sum(s.take for s in take)

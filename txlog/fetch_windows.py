@@ -29,6 +29,8 @@ def stored_sizes(state: PartitionState | None, spans: Sequence[ReadSpan],
         b = state.batches
         base, data, nbytes, n = b.base_offset, b.data, b.nbytes, len(b)
         for s in spans:
+            if s.data not in sizes:
+                continue  # (not to be fetched: a shared object decoded already)
             i = bisect.bisect_left(base, s.base_offset)
             if i < n and base[i] == s.base_offset and data[i] == s.data:
                 sizes[s.data] = max(sizes[s.data], int(nbytes[i]))

@@ -451,32 +451,47 @@ class PartitionLog:
     # -- reading -------------------------------------------------------------------------
 
     def read_spans(self, spans: Sequence[ReadSpan], columns: Sequence[str] | None = None,
-                   *, max_decoded: int | None = None) -> list[pa.Table]:
+                   *, max_decoded: int | None = None,
+                   kept: dict[str, pa.Table] | None = None) -> list[pa.Table]:
         """The rows of each span, trimmed to its offsets, in order.  Each object is read
         once even when several spans (runs of a compacted segment) point into it.
 
         ``max_decoded``: decode objects in order only until their decoded tables hold
         that many bytes (at least one object), and return the tables of the spans read
         so far, a prefix of ``spans``: a budget on stored sizes alone lets objects that
-        compress well decode to many times it."""
-        keys = list(dict.fromkeys(s.data for s in spans))
+        compress well decode to many times it.
+
+        ``kept``: shared objects (of ``columns``) decoded by an earlier read, taken from
+        it instead of fetched; the shared objects this read decodes are left there, so
+        that reads of the other partitions in them fetch none again."""
+        kept = {} if kept is None else kept
+        tables: dict[str, pa.Table] = {}
+        keys = []
+        for k in dict.fromkeys(s.data for s in spans):
+            if k in kept:
+                tables[k] = kept[k]
+            else:
+                keys.append(k)
         if max_decoded is None:
             if _parallel(self.store) and len(keys) > 1:
-                tables = dict(zip(keys, fan_out(lambda k: self._read_object(k, columns),
+                tables.update(zip(keys, fan_out(lambda k: self._read_object(k, columns),
                                                 keys), strict=True))
             else:
-                tables = {k: self._read_object(k, columns) for k in keys}
+                tables.update((k, self._read_object(k, columns)) for k in keys)
+            kept.update((k, tables[k]) for k in keys if layout.is_shared(k))
             return [self._trim(tables[s.data], s) for s in spans]
         # A window at a time, sized by the budget left (fetch_windows): objects past the
         # budget are neither fetched nor held.
         get_many = ((lambda ks: fan_out(self._get_verified, list(ks)))
                     if _parallel(self.store) else None)
-        tables, self._expansion = fetch_windows.read_within(
+        read, self._expansion = fetch_windows.read_within(
             keys, fetch_windows.stored_sizes(self.state, spans, keys), max_decoded=max_decoded,
             expansion=self._expansion, get=self._get_verified, get_many=get_many,
             decode=lambda k, raw: decode_parquet(raw, k, columns,
                                                  fetch_max_bytes=self.fetch_max_bytes),
-            decoded_size=lambda t: int(t.nbytes))
+            decoded_size=lambda t: int(t.nbytes)) if keys else ({}, self._expansion)
+        tables.update(read)
+        kept.update((k, t) for k, t in read.items() if layout.is_shared(k))
         out = []
         for s in spans:
             if s.data not in tables:

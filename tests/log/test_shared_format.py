@@ -17,7 +17,7 @@ import pytest
 from helpers import old_checkpoint
 
 import txlog
-from txlog import TopicPartition, layout
+from txlog import TopicPartition, layout, txn_state
 from txlog.checkpoint import decode_checkpoint, encode_checkpoint
 from txlog.errors import CorruptObjectError
 from txlog.model import COMMIT, DATA, PARTS, SHARED_VERSION, Entry, decode_entry, share
@@ -25,6 +25,7 @@ from txlog.partition_log import AppendSpec, PartitionLog
 from txlog.partition_state import PartitionState
 from txlog.records import KAFKA_SCHEMA, conform
 from txlog.shared_objects import FOOTER_KEY, encode_shared, footer_partitions, write_shared
+from txlog.txn_state import PendingAppend, TxnRecord
 
 SEED = 3232
 KEY = "topics/t/_shared/" + "ab" * 16 + ".crc32-0badf00d.parquet"
@@ -277,3 +278,40 @@ def test_a_checkpoint_naming_shared_objects_loads_and_another_topics_is_refused(
         again = PartitionLog(lg.store, "t", 0).load()  # from the log instead
     assert "outside t-0's own data" in caplog.text
     assert all(k.startswith("topics/t/_shared/") for k in again.batches.data)
+
+
+# -- PrepareCommit records -----------------------------------------------------------------
+
+def _prep(parts: tuple[tuple[Any, ...], ...]) -> TxnRecord:
+    ongoing = TxnRecord(txn_id="x", producer_id=1, epoch=0, state="Ongoing",
+                        timeout_ms=1000, partitions=(("t", 0),))
+    return ongoing.transition("PrepareCommit", pending=(PendingAppend("t", 0, 0, parts),))
+
+
+def test_a_prepare_commit_naming_shared_rows_is_record_version_4_and_round_trips() -> None:
+    shared = _prep(((KEY, 3, 900, None, 5, False, 2, 9),))
+    d = shared.to_json()
+    assert d["v"] == txn_state.SHARED_VERSION == 4
+    assert TxnRecord.from_json(json.loads(json.dumps(d)), "r") == shared
+    own = _prep((("topics/t/0/data/a.parquet", 3, 900, None, 5, False),))
+    assert own.to_json()["v"] == txn_state.PENDING_VERSION
+
+
+@pytest.mark.parametrize("part", [
+    [KEY, 3, 900, None, 5, False, 7, 9],          # rows past the object's
+    [KEY, 3, 900, None, 5, False],                # a shared object's rows unnamed
+    ["topics/t/0/data/a.parquet", 3, 900, None, 5, False, 0, 9],
+    [KEY, 3, 900, None, 5, False, 0],
+])
+def test_invalid_shared_pending_parts_are_refused(part: list[Any]) -> None:
+    d = _prep(((KEY, 3, 900, None, 5, False, 2, 9),)).to_json()
+    d["pending"][0][3] = [part]
+    with pytest.raises(CorruptObjectError, match="invalid"):
+        TxnRecord.from_json(d, "r")
+
+
+def test_shared_pending_parts_in_an_older_record_version_are_refused() -> None:
+    d = _prep(((KEY, 3, 900, None, 5, False, 2, 9),)).to_json()
+    d["v"] = 3
+    with pytest.raises(CorruptObjectError, match="names rows of shared objects"):
+        TxnRecord.from_json(d, "r")

@@ -168,6 +168,7 @@ class Worker:
                     self.spec.get("v2_commit_rate", 0.25)),
                 "inline.batch.bytes": 0 if self.rng.random() < 0.25 else 16_384,
                 "commit.inline.bytes": 0 if self.rng.random() < 0.3 else 65_536,
+                "batch.objects.shared": self.rng.random() >= 0.25,
                 "linger.ms": 5 if self.rng.random() < 0.5 else 30_000})
             p.init_transactions()
         except Exception as exc:
