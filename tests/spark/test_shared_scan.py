@@ -215,6 +215,22 @@ def test_objects_fetched_ahead_are_shared_objects_fetched_once(
         hadoop.unset("txlog.scan.prefetch.objects")
 
 
+def test_the_sql_engine_reads_each_partitions_rows_of_shared_objects(
+        spark: Any, lake: tuple[str, list[Row]]) -> None:
+    """The side path that hands the plan to Spark's Parquet source: a shared object's
+    rows of each partition are that partition's, also where a query reads one partition
+    (its batch is then never the whole object)."""
+    import spark_ext
+
+    url, want = lake
+    df = selected(spark_ext.read(spark, url, topic=TOPIC, engine="sql"))
+    assert spark_rows(df) == want
+    for p in (0, 5):
+        df = selected(spark_ext.read(spark, url, assign=json.dumps({TOPIC: [p]}),
+                                     engine="sql"))
+        assert spark_rows(df) == [r for r in want if r[0] == p], p
+
+
 def executed(df: Any) -> str:
     return str(df._jdf.queryExecution().executedPlan().toString())
 
