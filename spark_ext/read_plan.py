@@ -412,12 +412,6 @@ def together(slices: list[FileSlice]) -> list[FileSlice]:
     return [slices[i] for i in order]
 
 
-def glued(a: FileSlice, b: FileSlice) -> bool:
-    """Whether slice ``b``, following ``a``, must stay in its input partition: both are
-    slices of one shared object, which a task then reads once."""
-    return a.shared and b.shared and a.key == b.key
-
-
 def _segments(data: list[str], nbytes: list[int], counts: list[int], rows: list[int],
               ) -> dict[str, tuple[int, int, int]]:
     """Objects named by more than one batch (a compacted segment's runs): their size
@@ -450,7 +444,8 @@ def group_slices(slices: list[FileSlice], *, min_partitions: int | None,
     target = min(max_partition_bytes, max(floor, math.ceil(total / max(1, wanted))))
     units: list[list[FileSlice]] = []
     for s in slices:
-        if units and glued(units[-1][-1], s):
+        # One shared object's slices stay together: a task then reads it once.
+        if units and s.shared and units[-1][-1].shared and units[-1][-1].key == s.key:
             units[-1].append(s)
         else:
             units.append([s])
