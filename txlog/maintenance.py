@@ -249,7 +249,7 @@ def purge(txlog: Log, tp: TopicPartition, now: int | None = None) -> int:
         return 0
     referenced = set(st.batches.data)
     for _, k in due:
-        if k not in referenced:
+        if k not in referenced and not layout.is_shared(k):  # (others may still read it)
             plog.store.delete(k)
     plog.append(AppendSpec(kind=PURGE, count=0, extra={"purged_until_ms": max(d for d, _ in due)}))
     return len(due)

@@ -278,3 +278,56 @@ def test_a_failed_append_never_deletes_a_shared_object_another_partition_named(
     assert len(lg.store.list("topics/t/_shared/")) == 1
     assert [r.value for r in _read(lg, 0, "read_committed")] == [b"zero"]
     assert _read(lg, 1, "read_committed") == [] == _read(lg, 2, "read_committed")
+
+
+def test_a_partitions_purge_never_deletes_a_shared_object_another_partition_reads(
+        tmp_path: Path) -> None:
+    """Partition 0 compacts its batches (a shared object's among them) into a segment and
+    purges what it dropped: partition 1's batch in the shared object stays readable."""
+    from txlog.maintenance import maintain
+
+    lg = txlog.connect(str(tmp_path))
+    lg.create_topic("t", partitions=2, config={"file.delete.delay.ms": 0})
+    p = lg.producer(transactional_id="tx", linger_ms=600_000)
+    p.init_transactions()
+    for values in ([(0, b"a0"), (1, b"a1")], [(0, b"b0")]):
+        p.begin_transaction()
+        for q, v in values:
+            p.send("t", v, partition=q)
+        p.commit_transaction()
+    p.close()
+    (shared,) = lg.store.list("topics/t/_shared/")
+    report = maintain(lg, ["t"])
+    assert report.failures == []
+    compacted = lg.partition_log(TopicPartition("t", 0)).refresh()
+    assert shared not in compacted.batches.data and not compacted.pending_deletes
+    assert lg.store.list("topics/t/_shared/") == [shared]
+    assert [r.value for r in _read(lg, 0, "read_committed")] == [b"a0", b"b0"]
+    assert [r.value for r in _read(lg, 1, "read_committed")] == [b"a1"]
+
+
+def test_a_step_larger_than_a_shared_object_writes_several(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past SHARED_OBJECT_BYTES a topic's batches of one step go in several shared
+    objects (each of several partitions, in partition order), which upload side by side
+    as an object per partition did; every partition still reads exactly its records."""
+    from txlog.producer import sender
+
+    lg, timeline = _log(tmp_path, remote=True)
+    monkeypatch.setattr(sender, "SHARED_OBJECT_BYTES", 2500)  # two of the batches below
+    rng = random.Random(SEED + 6)
+    print(f"seed {SEED + 6}")
+    want = {q: [rng.randbytes(1000)] for q in range(PARTITIONS)}
+    p = lg.producer(transactional_id="tx", linger_ms=600_000)
+    p.init_transactions()
+    p.begin_transaction()
+    for q, vs in want.items():
+        p.send("t", vs[0], partition=q)
+    p.commit_transaction()
+    p.close()
+    puts = _object_puts(timeline)
+    assert puts["data"] == [] and len(puts["shared"]) == PARTITIONS // 2
+    # (row, object_rows) of each partition's batch: the first or second of an object of 2
+    rows = sorted(tuple(_entries(lg, q)[-1]["extra"]["parts"][0][5:]) for q in range(PARTITIONS))
+    assert rows == [(0, 2)] * 4 + [(1, 2)] * 4
+    _check_each_partition(lg, want, committed=True)

@@ -1,5 +1,5 @@
-"""``txlog maintain`` and ``txlog describe``: maintenance of a root, and the root at a
-glance."""
+"""``txlog maintain``, ``txlog describe`` and ``txlog check``: maintenance of a root, the
+root at a glance, and its batch objects checked against their log entries."""
 
 from __future__ import annotations
 
@@ -52,6 +52,26 @@ def cmd_maintain(log: Any, args: argparse.Namespace, out: Out,
     for failure in report.failures:
         sys.stderr.write(f"{PROG}: error: {failure}\n")
     return 1 if report.failures else 0
+
+
+def cmd_check(log: Any, args: argparse.Namespace, out: Out,
+              parser: argparse.ArgumentParser) -> int:
+    from txlog.object_check import check_objects
+
+    report = check_objects(log, args.topic or None)
+    d = report.to_json()
+
+    def text() -> str:
+        head = (f"Checked {d['objects']} object(s) ({d['shared_objects']} shared, "
+                f"{fmt_bytes(d['bytes'])}) named by {d['partitions']} partition(s): ")
+        if not d["problems"]:
+            return head + "no problems."
+        return head + f"{len(d['problems'])} problem(s).\n" + render(d["problems"], [
+            ("Topic", "topic"), ("Partition", "partition"), ("Object", "key"),
+            ("Problem", "problem")])
+
+    out.emit(d, text)
+    return 1 if report.problems else 0
 
 
 def cmd_describe(log: Any, args: argparse.Namespace, out: Out,
@@ -124,6 +144,18 @@ def add_commands(subs: Any) -> None:
                     help="always show the progress bar")
     pg.add_argument("--no-progress", dest="progress", action="store_false",
                     help="never show it")
+
+    # check
+    p = subcommand(subs, "check", "verify batch objects against the log entries naming them",
+                   "Read every batch object the partitions' logs name (each once) and check it:\n"
+                   "its bytes against the CRC-32 in its name, its Parquet footer, its rows\n"
+                   "against every batch that reads them, and a shared object's txlog.shared\n"
+                   "footer against the partitions naming it.  Exits 1 if any problem is found.\n"
+                   "It reads every object: on a large root, give --topic.",
+                   "txlog check\ntxlog check --topic orders --json",
+                   cmd_check)
+    p.add_argument("--topic", action="append", help="only this topic (repeatable; default: "
+                   "all, internal included)")
 
     # describe
     p = subcommand(subs, "describe", "the root at a glance; --metrics for counters",

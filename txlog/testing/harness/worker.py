@@ -159,7 +159,6 @@ class Worker:
     def new_producer(self, txn_id: str) -> Any:
         """A new instance of ``txn_id`` after init_transactions(), or None if that failed."""
         oid = self.rec.invoke("init", {"txn_id": txn_id})
-        p = None
         try:
             # Shares of instances take each older format or commit path (a long linger
             # leaves the last batches to the commit to carry): all meet in a log.
