@@ -78,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     server = start_s3() if args.store == "s3" else None
     totals: dict[str, Any] = {"histories": 0, "operations": 0, "transactions": 0,
                               "committed": 0, "kills": 0, "zombies": 0, "polls": 0,
+                              "shared_objects": 0, "shared_batches": 0,
                               "clocks_ahead": 0, "clocks_behind": 0,
                               "injected": {}, "anomalies": dict.fromkeys(ANOMALY_KINDS, 0)}
     failing: list[dict[str, Any]] = []
@@ -124,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
             totals["clocks_ahead"] += s["clocks_ahead"]
             totals["clocks_behind"] += s["clocks_behind"]
             totals["polls"] += s["polls"]
+            totals["shared_objects"] += s.get("shared_objects", 0)
+            totals["shared_batches"] += s.get("shared_batches", 0)
             for k, n in s["injected"].items():
                 totals["injected"][k] = totals["injected"].get(k, 0) + n
             counts = res.counts()
@@ -159,7 +162,9 @@ def main(argv: list[str] | None = None) -> int:
           f"{totals['polls']}, kills {totals['kills']}, zombies {totals['zombies']}, "
           f"clients with clocks ahead/behind {totals['clocks_ahead']}/"
           f"{totals['clocks_behind']} (by {args.clock_skew_ms} ms), "
-          f"injected faults {sum(inj.values())} ({by_kind}); {elapsed:.0f} s on {args.store}")
+          f"injected faults {sum(inj.values())} ({by_kind}), shared objects "
+          f"{totals['shared_objects']} holding {totals['shared_batches']} batches still "
+          f"in the logs; {elapsed:.0f} s on {args.store}")
     if failing:
         replay = (f"scripts/torture.py --histories 1 --seed SEED --store {args.store} "
                   f"--duration {args.duration} --startup {args.startup} --producers "

@@ -13,6 +13,7 @@ source's tasks).
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -54,6 +55,7 @@ class Slices:
     object_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     ts_min: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     ts_max: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    shared: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
 
     def __len__(self) -> int:
         return len(self.tp)
@@ -61,17 +63,38 @@ class Slices:
     def filter(self, keep: np.ndarray) -> Slices:
         """The slices where ``keep`` (booleans) is true."""
         out = Slices(self.tps, self.tp[keep], self.key.filter(pa.array(keep)))
-        out.whole = self.whole[keep]
+        out.whole, out.shared = self.whole[keep], self.shared[keep]
         for name in _INTS:
             setattr(out, name, getattr(self, name)[keep])
         return out
 
+    def reorder(self, order: np.ndarray) -> Slices:
+        """The slices at positions ``order``, in that order."""
+        out = Slices(self.tps, self.tp[order], self.key.take(pa.array(order)))
+        out.whole, out.shared = self.whole[order], self.shared[order]
+        for name in _INTS:
+            setattr(out, name, getattr(self, name)[order])
+        return out
+
+    def glued(self) -> np.ndarray:
+        """For each slice, whether it must stay in its predecessor's input partition: both
+        are slices of one shared object, which a task then reads once."""
+        out = np.zeros(len(self), bool)
+        if len(self) > 1 and self.shared.any():
+            same = pc.equal(self.key[1:], self.key[:-1]).to_numpy(zero_copy_only=False)
+            out[1:] = same & self.shared[1:] & self.shared[:-1]
+        return out
+
     def objects(self) -> int:
-        """How many distinct batch objects the slices read (counted per partition: an
-        object belongs to the one partition whose log names it)."""
-        runs = [0, *(np.flatnonzero(np.diff(self.tp)) + 1).tolist(), len(self)]
-        return sum(_count_distinct(self.key[a:b]) for a, b in itertools.pairwise(runs)
-                   if b > a)
+        """How many distinct batch objects the slices read: an object belongs to the one
+        partition whose log names it (counted per partition), except a shared object,
+        which several partitions' logs name (counted once)."""
+        own = self.filter(~self.shared) if self.shared.any() else self
+        runs = [0, *(np.flatnonzero(np.diff(own.tp)) + 1).tolist(), len(own)]
+        n = sum(_count_distinct(own.key[a:b]) for a, b in itertools.pairwise(runs) if b > a)
+        if len(own) < len(self):
+            n += _count_distinct(self.key.filter(pa.array(self.shared)))
+        return n
 
     def file_slices(self, lo: int = 0, hi: int | None = None) -> list[FileSlice]:
         """Slices ``[lo, hi)`` as FileSlice tuples."""
@@ -84,7 +107,7 @@ class Slices:
             self.base_offset[lo:hi].tolist(), self.skip[lo:hi].tolist(),
             self.take[lo:hi].tolist(), self.append_ms[lo:hi].tolist(),
             self.nbytes[lo:hi].tolist(), self.whole[lo:hi].tolist(),
-            self.object_bytes[lo:hi].tolist(), strict=True)]
+            self.object_bytes[lo:hi].tolist(), self.shared[lo:hi].tolist(), strict=True)]
 
 
 def read_indices(st: PartitionState, start: int, end: int | None, isolation: str,
@@ -162,19 +185,27 @@ def partition_slices(states: Mapping[TopicPartition, PartitionState],
         size, runs, held = _object_sizes(data, t.column("nbytes"), t.column("count"),
                                          t.column("row"), pick)
         base, count, row = col["base_offset"], col["count"], col["row"]
+        # A shared object (one holding other partitions' batches too) declares its rows:
+        # a batch's share of it is by those.
+        object_rows = t.column("object_rows").to_numpy()[pick]
+        shared = object_rows > 0
+        if shared.any():
+            held = np.where(shared, object_rows, held)
         first = np.maximum(base, lo)
         take = np.minimum(base + count, limit) - first
         parts.append({
             "tp": np.full(len(picked), len(tps), np.int32),
             "base_offset": base - row,
-            # Inside a compacted segment a run starts at file row ``row``: shifting the
-            # base keeps "offset of file row i = base_offset + i" true for its rows.
+            # Inside a compacted segment or a shared object a batch starts at file row
+            # ``row``: shifting the base keeps "offset of file row i = base_offset + i"
+            # true for its rows.
             "skip": row + first - base, "take": take, "append_ms": col["append_ms"],
             # A share of the object's bytes as of its rows (a segment holds many runs).
             "nbytes": np.maximum(1, size * take // np.maximum(1, held)),
-            # An object named by one batch holds exactly its rows.
-            "whole": (runs == 1) & (row == 0) & (take == count),
-            "object_bytes": size, "ts_min": col["ts_min"], "ts_max": col["ts_max"]})
+            # An object named by one batch and holding no other rows is the batch's rows.
+            "whole": (runs == 1) & (row == 0) & (take == count) & (count == held),
+            "object_bytes": size, "ts_min": col["ts_min"], "ts_max": col["ts_max"],
+            "shared": shared})
         keys.extend((data[a:b] if isinstance(pick, slice) else data.take(pick)).chunks)
         tps.append(tp)
     if not parts:
@@ -182,10 +213,30 @@ def partition_slices(states: Mapping[TopicPartition, PartitionState],
     out = Slices(tps, np.concatenate([p["tp"] for p in parts]),
                  pa.chunked_array(keys, pa.string()))
     out.whole = np.concatenate([p["whole"] for p in parts])
+    out.shared = np.concatenate([p["shared"] for p in parts])
     for name in _INTS:
         setattr(out, name, np.concatenate([p[name] for p in parts]).astype(np.int64,
                                                                               copy=False))
-    return out
+    return together(out)
+
+
+def together(s: Slices) -> Slices:
+    """The slices with those of each shared object moved together, in the object's row
+    order, to where its first slice is: one input partition can then read it once.
+    Everything else keeps its partition and offset order."""
+    if not s.shared.any():
+        return s
+    at = np.flatnonzero(s.shared)
+    # Dictionary codes number the objects in the order they first appear.
+    codes = pc.dictionary_encode(s.key.take(pa.array(at))).combine_chunks().indices
+    codes = codes.to_numpy(zero_copy_only=False)
+    _, first = np.unique(codes, return_index=True)
+    anchor = np.arange(len(s), dtype=np.int64)
+    anchor[at] = at[first][codes]
+    row = np.zeros(len(s), np.int64)
+    row[at] = s.skip[at]
+    order = np.lexsort((row, anchor))
+    return s.reorder(order)
 
 
 def _object_sizes(data: pa.ChunkedArray, nbytes: pa.ChunkedArray, count: pa.ChunkedArray,
@@ -239,19 +290,47 @@ def _distinct(data: pa.ChunkedArray) -> bool:
     return bool(pc.count_distinct(data).as_py() == n)
 
 
-def group_ids(nbytes: np.ndarray, tp: np.ndarray, *, min_partitions: int | None,
-              max_partition_bytes: int, parallelism: int | None = None) -> np.ndarray:
-    """:func:`spark_ext.read_plan.group_slices` as each slice's group number: slices in
-    order, a group closed before the slice that would take it above the target size."""
-    from spark_ext.read_plan import split_target
+def split_target(total: int, n_tps: int, *, min_partitions: int | None,
+                 max_partition_bytes: int, parallelism: int | None = None) -> int:
+    """The most bytes of slices an input partition takes: ``total`` bytes in at least
+    ``min_partitions`` input partitions where that is given; else as Spark splits files for a
+    scan, in ``parallelism`` (Spark's default parallelism, where the query says it) of at
+    least MIN_SPLIT_BYTES (Spark's file open cost); else one per topic-partition (Kafka's
+    default); never above ``max_partition_bytes``."""
+    from spark_ext.read_plan import MIN_SPLIT_BYTES
 
+    if min_partitions is not None:
+        wanted, floor = min_partitions, 1
+    else:
+        wanted, floor = (parallelism if parallelism is not None else n_tps), MIN_SPLIT_BYTES
+    return min(max_partition_bytes, max(floor, math.ceil(total / max(1, wanted))))
+
+
+def group_ids(nbytes: np.ndarray, tp: np.ndarray, *, min_partitions: int | None,
+              max_partition_bytes: int, glued: np.ndarray | None = None,
+              parallelism: int | None = None) -> np.ndarray:
+    """:func:`spark_ext.read_plan.group_slices` as each slice's group number: slices in
+    order, a group closed before the slice that would take it above the target size,
+    never before a slice ``glued`` to its predecessor (:meth:`Slices.glued`)."""
+    n = len(nbytes)
+    if not n:
+        return np.zeros(0, np.int32)
+    target = split_target(int(nbytes.sum(dtype=np.int64)), len(np.unique(tp)),
+                          min_partitions=min_partitions,
+                          max_partition_bytes=max_partition_bytes, parallelism=parallelism)
+    if glued is None or not glued.any():
+        return _cut(nbytes, target)
+    # Slices glued together are one unit: cut between units, then number the slices.
+    starts = np.flatnonzero(~glued)
+    units = _cut(np.add.reduceat(nbytes, starts), target)
+    return np.repeat(units, np.diff(np.append(starts, n)))
+
+
+def _cut(nbytes: np.ndarray, target: int) -> np.ndarray:
+    """Each unit's group: units in order, at most ``target`` bytes a group (at least one)."""
     n = len(nbytes)
     out = np.zeros(n, np.int32)
-    if not n:
-        return out
     ends = np.cumsum(nbytes, dtype=np.int64)
-    target = split_target(int(ends[-1]), len(np.unique(tp)), min_partitions=min_partitions,
-                          max_partition_bytes=max_partition_bytes, parallelism=parallelism)
     pos, g = 0, 0
     while pos < n:
         before = int(ends[pos - 1]) if pos else 0

@@ -70,37 +70,88 @@ def check_format(req: Mapping[str, Any]) -> None:
 def encode(s: Slices, group_ids: np.ndarray, where: HadoopLocation) -> pa.Table:
     """The plan as a table of :data:`SCHEMA` with its header; ``group_ids`` ascending."""
     dirs: dict[str, int] = {}
-    dir_col = np.zeros(len(s), np.int32)
-    names: list[pa.Array] = []
-    runs = [0, *(np.flatnonzero(np.diff(s.tp)) + 1).tolist(), len(s)] if len(s) else [0]
-    for a, b in itertools.pairwise(runs):
-        tp = s.tps[int(s.tp[a])]
-        keys = s.key[a:b]
-        prefix = layout.data_prefix(tp.topic, tp.partition)
-        if pc.all(pc.starts_with(keys, prefix)).as_py():
-            dir_col[a:b] = dirs.setdefault(where.path(prefix), len(dirs))
-            # (counted in code points, as len() counts them)
-            names.extend(pc.utf8_slice_codeunits(keys, len(prefix)).chunks)
-            continue
-        # Objects elsewhere (a write's staging folder): named with their own folder.
-        own = []
-        for i, key in enumerate(keys.to_pylist(), start=a):
-            folder, _, name = key.rpartition("/")
-            dir_col[i] = dirs.setdefault(where.path(folder + "/"), len(dirs))
-            own.append(name)
-        names.append(pa.array(own, pa.string()))
+    dir_col, names = _folders_and_names(s, where, dirs)
     ids = np.asarray(group_ids)
     sizes = np.bincount(ids).tolist() if len(ids) else []
     if len(ids) and (np.diff(ids) < 0).any():
         raise ValueError("a plan's slices must come in group order")
     header = {"version": PLAN_VERSION, "dirs": list(dirs),
               "partitions": [[tp.topic, tp.partition] for tp in s.tps], "groups": sizes}
-    columns = [pa.array(s.tp.astype(np.int32, copy=False)), pa.array(dir_col),
-               pa.chunked_array(names, pa.string()),
+    columns = [pa.array(s.tp.astype(np.int32, copy=False)), pa.array(dir_col), names,
                *(pa.array(getattr(s, n).astype(np.int64, copy=False)) for n in
                  ("base_offset", "skip", "take", "append_ms", "nbytes", "object_bytes"))]
     return pa.Table.from_arrays(columns, schema=SCHEMA.with_metadata(
         {HEADER: json.dumps(header)}))
+
+
+def _folders_and_names(s: Slices, where: HadoopLocation, dirs: dict[str, int],
+                       ) -> tuple[np.ndarray, pa.ChunkedArray]:
+    """Each slice's object as its folder's number in ``dirs`` (added as met) and its
+    name in that folder."""
+    if not s.shared.any():
+        return _under(s.key, s.tp, s, where, dirs)
+    # A topic's shared objects share one folder; the others are named per partition.
+    # Each part is named in its own order, then put back in the slices'.
+    own = np.flatnonzero(~s.shared)
+    shared = np.flatnonzero(s.shared)
+    at, folders, names = [own], [], []
+    d, n = _under(s.key.take(pa.array(own)), s.tp[own], s, where, dirs)
+    folders.append(d)
+    names.extend(n.chunks)
+    topics = sorted({tp.topic for tp in s.tps})
+    topic_of = np.array([topics.index(tp.topic) for tp in s.tps], np.int32)[s.tp[shared]]
+    for i, topic in enumerate(topics):
+        pos = shared[topic_of == i]
+        if not len(pos):
+            continue
+        keys = s.key.take(pa.array(pos))
+        prefix = layout.shared_prefix(topic)
+        at.append(pos)
+        if pc.all(pc.starts_with(keys, prefix)).as_py():
+            folders.append(np.full(len(pos), dirs.setdefault(where.path(prefix), len(dirs)),
+                                   np.int32))
+            names.extend(pc.utf8_slice_codeunits(keys, len(prefix)).chunks)
+        else:
+            d, n = _own_folders(keys, where, dirs)
+            folders.append(d)
+            names.append(n)
+    back = np.empty(len(s), np.int64)
+    back[np.concatenate(at)] = np.arange(len(s))
+    return (np.concatenate(folders)[back],
+            pa.chunked_array(names, pa.string()).take(pa.array(back)))
+
+
+def _under(keys: pa.ChunkedArray, tp: np.ndarray, s: Slices, where: HadoopLocation,
+           dirs: dict[str, int]) -> tuple[np.ndarray, pa.ChunkedArray]:
+    """Objects of runs of one partition, named from its data folder where they are in it."""
+    dir_col = np.zeros(len(keys), np.int32)
+    names: list[pa.Array] = []
+    runs = [0, *(np.flatnonzero(np.diff(tp)) + 1).tolist(), len(keys)] if len(keys) else [0]
+    for a, b in itertools.pairwise(runs):
+        part = s.tps[int(tp[a])]
+        run = keys[a:b]
+        prefix = layout.data_prefix(part.topic, part.partition)
+        if pc.all(pc.starts_with(run, prefix)).as_py():
+            dir_col[a:b] = dirs.setdefault(where.path(prefix), len(dirs))
+            # (counted in code points, as len() counts them)
+            names.extend(pc.utf8_slice_codeunits(run, len(prefix)).chunks)
+            continue
+        # Objects elsewhere (a write's staging folder): named with their own folder.
+        d, n = _own_folders(run, where, dirs)
+        dir_col[a:b] = d
+        names.append(n)
+    return dir_col, pa.chunked_array(names, pa.string())
+
+
+def _own_folders(keys: pa.ChunkedArray, where: HadoopLocation, dirs: dict[str, int],
+                 ) -> tuple[np.ndarray, pa.Array]:
+    folders = np.zeros(len(keys), np.int32)
+    own = []
+    for i, key in enumerate(keys.to_pylist()):
+        folder, _, name = key.rpartition("/")
+        folders[i] = dirs.setdefault(where.path(folder + "/"), len(dirs))
+        own.append(name)
+    return folders, pa.array(own, pa.string())
 
 
 def write(s: Slices, group_ids: np.ndarray, where: HadoopLocation) -> str:

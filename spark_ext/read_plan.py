@@ -66,6 +66,7 @@ class FileSlice(NamedTuple):
     nbytes: int       # estimated bytes of the slice (for splitting)
     whole: bool = False  # the slice is every row of its object (nothing to trim)
     object_bytes: int = 0  # the whole object's size as its log entry declares it (0: unknown)
+    shared: bool = False  # the object is a shared object of the topic (other partitions' rows)
 
     @property
     def start(self) -> int:
@@ -353,9 +354,9 @@ def plan_slices(log: Log, states: Mapping[TopicPartition, PartitionState],
                 ranges: Mapping[TopicPartition, tuple[int, int]], isolation: str,
                 ) -> list[FileSlice]:
     """The committed (or, under read_uncommitted, all data) batch objects in each range,
-    trimmed to it: ``PartitionState.read_indices`` decides, this only repackages.  One
-    object per batch: planners use :func:`spark_ext.plan_arrays.partition_slices`, which
-    must return the same slices."""
+    trimmed to it: ``PartitionState.read_indices`` decides, this only repackages.  The
+    slices of a shared object are then put together (:func:`together`).  Planners use
+    :func:`spark_ext.plan_arrays.partition_slices`, which must return the same slices."""
     out: list[FileSlice] = []
     for tp, (start, end) in ranges.items():
         if end <= start:
@@ -366,8 +367,9 @@ def plan_slices(log: Log, states: Mapping[TopicPartition, PartitionState],
             continue
         b = st.batches
         data, nbytes, bases, counts, rows = b.data, b.nbytes, b.base_offset, b.count, b.row
-        shared = _shared_objects(data, nbytes, counts, rows)
+        segments = _segments(data, nbytes, counts, rows)
         topic, partition = tp.topic, tp.partition
+        object_rows = b.object_rows
         new = FileSlice._make
         for i in picked:
             key, base, count, row = data[i], bases[i], counts[i], rows[i]
@@ -376,21 +378,42 @@ def plan_slices(log: Log, states: Mapping[TopicPartition, PartitionState],
             if last > limit:
                 last = limit
             take = last - first
-            size, runs, held = shared.get(key, (nbytes[i], 1, count))
+            size, runs, held = segments.get(key, (nbytes[i], 1, count))
+            # A shared object holds other partitions' batches too and declares its rows:
+            # a batch's share of it is by those.
+            shared = object_rows[i] > 0
+            if shared:
+                held = object_rows[i]
             # A share of the object's bytes as of its rows (a segment holds many runs).
             est = max(1, size * take // held) if held else 1
-            # An object named by one batch holds exactly its rows (a compacted segment is
-            # named by each of its runs).
-            whole = runs == 1 and row == 0 and take == count
-            # Inside a compacted segment a run starts at file row ``row``: shifting the
-            # base keeps "offset of file row i = base_offset + i" true for the run's rows.
+            # An object named by one batch and holding no other rows is the batch's rows
+            # (a compacted segment is named by each of its runs).
+            whole = runs == 1 and row == 0 and take == count == held
+            # Inside a compacted segment or a shared object a batch starts at file row
+            # ``row``: shifting the base keeps "offset of file row i = base_offset + i"
+            # true for its rows.
             out.append(new((key, topic, partition, base - row, row + first - base, take,
-                            b.append_ms[i], est, whole, size)))
-    return out
+                            b.append_ms[i], est, whole, size, shared)))
+    return together(out)
 
 
-def _shared_objects(data: list[str], nbytes: list[int], counts: list[int], rows: list[int],
-                    ) -> dict[str, tuple[int, int, int]]:
+def together(slices: list[FileSlice]) -> list[FileSlice]:
+    """The slices with those of each shared object moved together, in the object's row
+    order, to where its first slice is (so that one input partition reads it once);
+    everything else keeps its partition and offset order."""
+    first: dict[str, int] = {}
+    for i, s in enumerate(slices):
+        if s.shared:
+            first.setdefault(s.key, i)
+    if not first:
+        return slices
+    order = sorted(range(len(slices)), key=lambda i: (
+        (first[slices[i].key], slices[i].skip) if slices[i].shared else (i, 0)))
+    return [slices[i] for i in order]
+
+
+def _segments(data: list[str], nbytes: list[int], counts: list[int], rows: list[int],
+              ) -> dict[str, tuple[int, int, int]]:
     """Objects named by more than one batch (a compacted segment's runs): their size
     (recorded on one run), how many batches name them and the rows they hold (to the
     end of their last run)."""
@@ -406,40 +429,35 @@ def _shared_objects(data: list[str], nbytes: list[int], counts: list[int], rows:
     return {d: (sizes[d], n, held[d]) for d, n in runs.items() if n > 1}
 
 
-def split_target(total: int, n_tps: int, *, min_partitions: int | None,
-                 max_partition_bytes: int, parallelism: int | None = None) -> int:
-    """The most bytes of slices an input partition takes: ``total`` bytes in at least
-    ``min_partitions`` input partitions where that is given; else as Spark splits files for a
-    scan, in ``parallelism`` (Spark's default parallelism, where the query says it) of at
-    least MIN_SPLIT_BYTES (Spark's file open cost); else one per topic-partition (Kafka's
-    default); never above ``max_partition_bytes``."""
-    if min_partitions is not None:
-        wanted, floor = min_partitions, 1
-    else:
-        wanted, floor = (parallelism if parallelism is not None else n_tps), MIN_SPLIT_BYTES
-    return min(max_partition_bytes, max(floor, math.ceil(total / max(1, wanted))))
-
-
 def group_slices(slices: list[FileSlice], *, min_partitions: int | None,
                  max_partition_bytes: int, parallelism: int | None = None,
                  ) -> list[list[FileSlice]]:
-    """Cut the slices (kept in partition/offset order) into input partitions of about
-    equal bytes, at most :func:`split_target`'s each, small ones packed together."""
+    """Cut the slices (kept in plan order) into input partitions of about equal bytes, at
+    most :func:`spark_ext.plan_arrays.split_target`'s each (but for one shared object's
+    slices, never cut apart), small ones packed together."""
     if not slices:
         return []
-    target = split_target(sum(s.nbytes for s in slices),
+    target = plan_arrays.split_target(sum(s.nbytes for s in slices),
                           len({(s.topic, s.partition) for s in slices}),
                           min_partitions=min_partitions,
                           max_partition_bytes=max_partition_bytes, parallelism=parallelism)
+    units: list[list[FileSlice]] = []
+    for s in slices:
+        # One shared object's slices stay together: a task then reads it once.
+        if units and s.shared and units[-1][-1].shared and units[-1][-1].key == s.key:
+            units[-1].append(s)
+        else:
+            units.append([s])
     groups: list[list[FileSlice]] = []
     cur: list[FileSlice] = []
     size = 0
-    for s in slices:
-        if cur and size + s.nbytes > target:
+    for unit in units:
+        n = sum(s.nbytes for s in unit)
+        if cur and size + n > target:
             groups.append(cur)
             cur, size = [], 0
-        cur.append(s)
-        size += s.nbytes
+        cur.extend(unit)
+        size += n
     if cur:
         groups.append(cur)
     return groups
@@ -464,7 +482,7 @@ class BatchPlan:
         return plan_arrays.group_ids(self.arrays.nbytes, self.arrays.tp,
                                      min_partitions=ro.min_partitions,
                                      max_partition_bytes=ro.max_partition_bytes,
-                                     parallelism=parallelism)
+                                     glued=self.arrays.glued(), parallelism=parallelism)
 
     def groups(self, ro: ReadOptions) -> list[list[FileSlice]]:
         return split_groups(self.arrays, self.group_ids(ro))

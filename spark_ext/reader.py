@@ -329,7 +329,7 @@ class TxlogStreamReader(_ReaderBase, DataSourceStreamReader, SupportsTriggerAvai
         arrays = plan_arrays.partition_slices(states, ranges, self.ro.isolation)
         return arrays, plan_arrays.group_ids(
             arrays.nbytes, arrays.tp, min_partitions=self.ro.min_partitions,
-            max_partition_bytes=self.ro.max_partition_bytes)
+            max_partition_bytes=self.ro.max_partition_bytes, glued=arrays.glued())
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
         return self._read(partition)

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
+import pyarrow as pa
+
 import txlog
 from txlog import layout
 from txlog.model import Entry, decode_entry
+from txlog.partition_state import PartitionState
 
 
 def read_all(log: txlog.Log, topic: str, iso: str = "read_committed") -> list[bytes]:
@@ -26,3 +31,20 @@ def data_entries(log: txlog.Log, topic: str, partition: int,
                  kinds: tuple[str, ...] = ("data",)) -> list[Entry]:
     return [e for e in (decode_entry(log.store.get(k), k)
                         for k in entry_keys(log, topic, partition)) if e.kind in kinds]
+
+
+def old_checkpoint(state: PartitionState, version: int) -> bytes:
+    """``state`` as a partition checkpoint of an older ``version`` (1: no checksum
+    trailer; 1 and 2: no ``object_rows`` batch column) wrote it."""
+    from txlog.checkpoint import encode_checkpoint, with_checksum
+
+    table = pa.ipc.open_stream(encode_checkpoint(state)[:-12]).read_all()
+    meta = json.loads(table.schema.metadata[b"txlog"])
+    meta["v"] = version
+    table = table.drop_columns(["object_rows"]).replace_schema_metadata(
+        {"txlog": json.dumps(meta)})
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as w:
+        w.write_table(table)
+    body = sink.getvalue().to_pybytes()
+    return body if version < 2 else with_checksum(body)

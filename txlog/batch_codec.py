@@ -5,6 +5,7 @@ past the reader's budget is refused before it is decoded)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -38,18 +39,25 @@ def encode_parquet_buffer(table: pa.Table) -> pa.Buffer:
     other topics' objects keep it, since their Arrow types may not survive without it.
     The buffer is txlog's pool's: a store that writes from any buffer writes it without a
     copy into Python bytes."""
-    dictionary: bool | list[str] = True
-    kafka = has_kafka_fields(table.schema)
-    if "value" in table.column_names and kafka:
-        dictionary = [c for c in table.column_names if c != "value"]
     # Arrow's own buffer, not io.BytesIO: writing through a Python file object was
     # several times slower (docs/benchmarks.md).
     mem = arrow_memory.pool()
     buf = pa.BufferOutputStream(memory_pool=mem)
-    pq.write_table(table, buf, compression="snappy", write_statistics=False,
-                   use_dictionary=dictionary, store_schema=not kafka, memory_pool=mem,
-                   row_group_size=row_group_rows(table))
+    pq.write_table(table, buf, row_group_size=row_group_rows(table),
+                   **writer_options(table.schema))
     return buf.getvalue()
+
+
+def writer_options(schema: pa.Schema) -> dict[str, Any]:
+    """How every batch object of ``schema`` is written (see :func:`encode_parquet_buffer`),
+    as keyword arguments of pyarrow's Parquet writers."""
+    dictionary: bool | list[str] = True
+    kafka = has_kafka_fields(schema)
+    if "value" in schema.names and kafka:
+        dictionary = [c for c in schema.names if c != "value"]
+    return {"compression": "snappy", "write_statistics": False,
+            "use_dictionary": dictionary, "store_schema": not kafka,
+            "memory_pool": arrow_memory.pool()}
 
 
 def row_group_rows(table: pa.Table) -> int:

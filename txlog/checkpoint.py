@@ -7,7 +7,9 @@ metadata as JSON.  Never pickle.
 Version 2 ends with a trailer: ``TXLCRC32`` and the CRC-32 (4 bytes, big-endian) of every
 byte before it, so a flipped digit is found rather than trusted (a reader then falls
 back to an older checkpoint or the log).  Version 1 has none and is read as before;
-txlog before 0.4 skips version 2 checkpoints for the log.
+txlog before 0.4 skips version 2 checkpoints for the log.  Version 3 adds the batch
+column ``object_rows`` (batches inside shared objects); versions 1 and 2 are read with
+it 0 (they predate shared objects), and older txlog skips version 3 for the log.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import json
 import zlib
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -30,9 +33,11 @@ from txlog.partition_state import (
     ProducerState,
 )
 
-CHECKPOINT_VERSION = 2
+CHECKPOINT_VERSION = 3
 #: The first version that ends with the checksum trailer.
 CHECKSUM_VERSION = 2
+#: The first version with the batch column ``object_rows``.
+SHARED_VERSION = 3
 _TRAILER = b"TXLCRC32"
 _TRAILER_LEN = len(_TRAILER) + 4
 
@@ -50,7 +55,10 @@ BATCH_SCHEMA = pa.schema([
     ("append_ms", pa.int64()),
     ("txn_id", pa.string()),
     ("row", pa.int64()),
+    ("object_rows", pa.int64()),
 ])
+#: The batch columns of checkpoints before SHARED_VERSION.
+_BATCH_SCHEMA_V2 = pa.schema(list(BATCH_SCHEMA)[:-1])
 
 
 def encode_checkpoint(state: PartitionState) -> bytes:
@@ -125,8 +133,12 @@ def decode_checkpoint(raw: bytes, where: str) -> PartitionState:
             f"checkpoint {where} has lost its checksum trailer (truncated or damaged); "
             "txlog falls back to an older checkpoint or the log itself")
     try:
-        if table.schema.remove_metadata() != BATCH_SCHEMA:
+        if table.schema.remove_metadata() != (BATCH_SCHEMA if version >= SHARED_VERSION
+                                              else _BATCH_SCHEMA_V2):
             raise ValueError("unexpected columns")
+        if version < SHARED_VERSION:  # no batch of it is in a shared object
+            table = table.append_column(BATCH_SCHEMA.field("object_rows"),
+                                        pa.array(np.zeros(table.num_rows, np.int64)))
         head = [meta[k] for k in ("next_slot", "high_watermark", "log_start_offset")]
         if any(type(v) is not int or v < 0 for v in head) or head[2] > head[1]:
             raise ValueError(f"slot and offsets {head} are not offsets of one log")
@@ -181,5 +193,16 @@ def _checked_batches(table: pa.Table, where: str) -> pa.Table:
     if len(bases) and ((counts < 0).any() or (bases[1:] < bases[:-1] + counts[:-1]).any()):
         raise CorruptObjectError(f"checkpoint {where} has batches whose offsets overlap or "
                                  "go backwards; txlog falls back to an older checkpoint or "
+                                 "the log itself")
+    rows = table.column("row").to_numpy()
+    object_rows = table.column("object_rows").to_numpy()
+    nbytes = table.column("nbytes").to_numpy()
+    shared = object_rows != 0
+    # A batch's rows lie inside its object, whose size is not negative; only a batch of
+    # a shared object names the object's rows (rows of a compacted segment do not).
+    if len(bases) and ((rows < 0).any() or (nbytes < 0).any() or (object_rows < 0).any()
+                       or (rows[shared] + counts[shared] > object_rows[shared]).any()):
+        raise CorruptObjectError(f"checkpoint {where} has batches whose rows or sizes are "
+                                 "out of range; txlog falls back to an older checkpoint or "
                                  "the log itself")
     return table

@@ -54,6 +54,10 @@ DEFAULTS: dict[str, tuple[Any, type, str]] = {
                                          "decided beside their uploads (state record "
                                          "version 3: 0 while txlog before 0.4 still "
                                          "reads the root)"),
+    "batch.objects.shared": (True, bool, "producer: a step that writes batches of several "
+                                         "partitions of a topic writes them as one shared "
+                                         "object (entry format version 5: set false while "
+                                         "txlog before 0.4 still reads the topics)"),
     "checkpoint.interval.batches": (1000, int, "write a partition checkpoint every N batches"),
     "retention.ms": (-1, int, "delete batches older than this (-1: keep forever)"),
     "retention.bytes": (-1, int, "delete oldest batches beyond this size (-1: no limit)"),

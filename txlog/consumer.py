@@ -27,10 +27,16 @@ from txlog.errors import (
     UnassignedPartitionError,
     UnstableOffsetCommitError,
 )
+from txlog.model import share
 from txlog.names import validate_id
 from txlog.offsets import encode_offset_commits, offsets_partition, read_committed_offsets
 from txlog.partition_log import AppendSpec
-from txlog.partition_state import ISOLATION_LEVELS, READ_COMMITTED, PartitionState, ReadSpan
+from txlog.partition_state import (
+    ISOLATION_LEVELS,
+    READ_COMMITTED,
+    PartitionState,
+    ReadSpan,
+)
 from txlog.records import (
     Record,
     TopicPartition,
@@ -51,12 +57,13 @@ _CONSUMER_KEYS = ("max.poll.records", "default.api.timeout.ms", "fetch.max.bytes
 
 def _stored_bytes(st: PartitionState, span: ReadSpan) -> int:
     """The stored bytes of the records ``span`` reads (its batch's share; a compacted
-    segment counts once, at its first run)."""
+    segment counts once, at its first run; a shared object by its rows)."""
     b = st.batches
     i = bisect.bisect_left(b.base_offset, span.base_offset)
     if i == len(b) or b.base_offset[i] != span.base_offset or not b.count[i]:
         return 0
-    return b.nbytes[i] * span.take // b.count[i]
+    own = share(b.nbytes[i], b.count[i], b.object_rows[i])
+    return own * span.take // b.count[i]
 
 
 def _decoded_bytes(tables: list[pa.Table]) -> int:
@@ -298,6 +305,8 @@ class Consumer:
         # The same limit on the decoded tables: records that compress well decode to
         # many times their stored size (at least one object is decoded per poll).
         decoded_room = self.fetch_max_bytes
+        # Shared objects decoded this round: the other partitions in them read them here.
+        kept: dict[str, pa.Table] = {}
         for i in range(n):
             if budget <= 0 or room <= 0 or decoded_room <= 0:
                 break
@@ -334,7 +343,8 @@ class Consumer:
             if not take:
                 break
             tables = plog.read_spans(take, max_decoded=min(decoded_room,
-                                                           self.max_partition_fetch_bytes))
+                                                           self.max_partition_fetch_bytes),
+                                     kept=kept)
             if len(tables) < len(take):
                 take = take[:len(tables)]
                 total = sum(s.take for s in take)

@@ -22,15 +22,18 @@ T = TypeVar("T")
 def stored_sizes(state: PartitionState | None, spans: Sequence[ReadSpan],
                  keys: Sequence[str]) -> list[int]:
     """The stored size of each object of ``keys`` as ``state`` records it (0: not known;
-    a compacted segment's size is on the batch of its first run)."""
+    a compacted segment's size is on the batch of its first run, a shared object's on
+    each of its batches)."""
     sizes = dict.fromkeys(keys, 0)
     if state is not None:
         b = state.batches
         base, data, nbytes, n = b.base_offset, b.data, b.nbytes, len(b)
         for s in spans:
+            if s.data not in sizes:
+                continue  # (not to be fetched: a shared object decoded already)
             i = bisect.bisect_left(base, s.base_offset)
             if i < n and base[i] == s.base_offset and data[i] == s.data:
-                sizes[s.data] += int(nbytes[i])
+                sizes[s.data] = max(sizes[s.data], int(nbytes[i]))
     return [sizes.get(k, 0) for k in keys]
 
 

@@ -46,12 +46,33 @@ def data_prefix(topic: str, partition: int) -> str:
 
 def owns(topic: str, partition: int, key: str) -> bool:
     """Whether a log entry (or transaction record) of this partition may name ``key``:
-    only its own batch objects, or objects staged for its topic (Spark's).  Anything
+    only its own batch objects, objects staged for its topic (Spark's), or its topic's
+    shared batch objects (which hold batches of several of its partitions).  Anything
     else (another topic's batch, a producer-id block) is corrupt, and no reader reads
     it nor maintenance deletes it because an entry says so."""
     if ".." in key.split("/") or "\\" in key or "\x00" in key:
         return False
+    if key.startswith(shared_prefix(topic)):
+        return is_shared(key)  # (not what else lives there, e.g. release markers)
     return key.startswith((data_prefix(topic, partition), staging_prefix_of(topic)))
+
+
+def shared_prefix(topic: str) -> str:
+    """Where the batch objects shared by several partitions of ``topic`` live (one
+    object holds one producer step's batches of several of its partitions)."""
+    return f"topics/{topic}/_shared/"
+
+
+def shared_key(topic: str, name: str) -> str:
+    return f"{shared_prefix(topic)}{name}.parquet"
+
+
+def is_shared(key: str) -> bool:
+    """Whether ``key`` names a shared batch object of some topic (as shared_key spells
+    it: directly under the topic's ``_shared/``)."""
+    head, sep, name = key.rpartition("/_shared/")
+    return (bool(sep) and head.startswith("topics/") and head.count("/") == 1
+            and bool(name) and "/" not in name and name.endswith(".parquet"))
 
 
 def staging_prefix_of(topic: str) -> str:
@@ -61,6 +82,20 @@ def staging_prefix_of(topic: str) -> str:
 
 def topic_root(topic: str) -> str:
     return f"topics/{topic}/"
+
+
+def released_prefix(topic: str) -> str:
+    """The release markers of ``topic``'s shared objects, a folder per object."""
+    return f"{shared_prefix(topic)}_released/"
+
+
+def release_markers_prefix(topic: str, name: str) -> str:
+    """The release markers of shared object ``name``, one per partition done with it."""
+    return f"{released_prefix(topic)}{name}/"
+
+
+def release_key(topic: str, name: str, partition: int) -> str:
+    return f"{release_markers_prefix(topic, name)}{partition}"
 
 
 def staging_prefix(topic: str, txn: str) -> str:

@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from txlog import checksums, layout
+from txlog import checksums, layout, shared_deletion
 from txlog.batch_codec import encode_parquet
 from txlog.errors import TxlogError
+from txlog.fanout import fan_out
 from txlog.model import COMPACT, PURGE, RETENTION
 from txlog.partition_log import AppendSpec
 from txlog.partition_state import VISIBLE, PartitionState, ReadSpan
@@ -35,6 +36,8 @@ class PartitionReport:
     dropped_aborted_batches: int = 0
     segments_written: int = 0
     objects_deleted: int = 0
+    #: Shared objects this partition's releases completed, and so deleted.
+    shared_objects_deleted: int = 0
     expired_producers: int = 0
     checkpoint: str | None = None
     #: Why maintaining this partition stopped part-way (None: it did not).
@@ -52,11 +55,19 @@ class MaintenanceReport:
     expired_transactional_ids: list[str] = field(default_factory=list)
     #: Every failure, one line each ("<what>: <error>"): the sweep, a topic, a partition.
     failures: list[str] = field(default_factory=list)
+    #: Shared batch objects deleted once every partition holding them released them
+    #: (by the partitions' purges, and by the pass that finishes what others left).
+    shared_objects_deleted: int = 0
+    #: What was left alone on purpose, one line each (a shared object whose footer
+    #: cannot be trusted is never deleted).
+    warnings: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {"swept_transactions": self.swept_transactions,
                 "expired_transactional_ids": self.expired_transactional_ids,
                 "partitions": [p.to_json() for p in self.partitions],
+                "shared_objects_deleted": self.shared_objects_deleted,
+                "warnings": self.warnings,
                 "failures": self.failures}
 
 
@@ -67,7 +78,8 @@ def retention_offset(st: PartitionState, retention_ms: int, retention_bytes: int
     b = st.batches
     lso = st.last_stable_offset
     start = st.log_start_offset
-    total = sum(b.nbytes)
+    sizes = b.shares()  # a shared object's batches count their share of it
+    total = sum(sizes)
     for i in range(len(b)):
         end = b.base_offset[i] + b.count[i]
         if end > lso:
@@ -77,7 +89,7 @@ def retention_offset(st: PartitionState, retention_ms: int, retention_bytes: int
         too_big = retention_bytes >= 0 and total > retention_bytes
         if not (too_old or too_big):
             break
-        total -= b.nbytes[i]
+        total -= sizes[i]
         # Runs of one compacted segment go together: the object is kept until all are.
         if i + 1 < len(b) and b.data[i + 1] == b.data[i] and b.base_offset[i + 1] < lso:
             continue
@@ -134,6 +146,7 @@ def plan_compaction(st: PartitionState, segment_bytes: int) -> list[tuple[int, i
     drop.  Runs of an existing segment stay together.
     """
     b = st.batches
+    sizes = b.shares()
     lso = st.last_stable_offset
     ranges: list[tuple[int, int]] = []
     i = 0
@@ -146,7 +159,7 @@ def plan_compaction(st: PartitionState, segment_bytes: int) -> list[tuple[int, i
                 k += 1  # the whole segment
             if k >= n or b.base_offset[k] + b.count[k] > lso:
                 break
-            unit = sum(b.nbytes[j:k + 1])
+            unit = sum(sizes[j:k + 1])
             if objects and size + unit > segment_bytes:
                 break
             size += unit
@@ -234,9 +247,11 @@ def _delete_times(txlog: Log, tp: TopicPartition) -> dict[str, int]:
     return {"delete_delay_ms": delay, "delete_due_ms": store_now_ms(txlog) + delay}
 
 
-def purge(txlog: Log, tp: TopicPartition, now: int | None = None) -> int:
+def purge(txlog: Log, tp: TopicPartition, now: int | None = None, *,
+          report: PartitionReport | None = None) -> int:
     """Delete objects whose deletion delay has passed (on the store's clock), then record
-    it in the log.  ``now`` (a test's or an operator's choice) replaces the store's time."""
+    it in the log; a shared object is released instead, and deleted by the release that
+    completes it.  ``now`` (a test's or an operator's choice) replaces the store's time."""
     plog = txlog.partition_log(tp)
     st = plog.refresh()
     if not st.pending_deletes:
@@ -246,9 +261,26 @@ def purge(txlog: Log, tp: TopicPartition, now: int | None = None) -> int:
     if not due:
         return 0
     referenced = set(st.batches.data)
+    shared = []
     for _, k in due:
-        if k not in referenced:
+        if k in referenced:
+            continue
+        if shared_deletion.is_shared(tp.topic, k):
+            shared.append(k)  # other partitions may still need it: released, not deleted
+        else:
             plog.store.delete(k)
+    if shared:
+        partitions = txlog.topic(tp.topic).partitions
+
+        def release(key: str) -> str:
+            return shared_deletion.release(plog.store, tp.topic, key, tp.partition,
+                                           partitions=partitions)
+
+        # A release is several requests: on a remote store, the objects side by side.
+        remote = len(shared) > 1 and not plog.store.local_requests
+        outcomes = fan_out(release, shared) if remote else [release(k) for k in shared]
+        if report is not None:
+            report.shared_objects_deleted += outcomes.count(shared_deletion.DELETED)
     plog.append(AppendSpec(kind=PURGE, count=0, extra={"purged_until_ms": max(d for d, _ in due)}))
     return len(due)
 
@@ -274,9 +306,11 @@ def maintain(txlog: Log, topics: list[str] | None = None, *, compact: bool = Tru
         report.failures.append(f"transactional.id expiration: {_one_line(exc)}")
     names = topics if topics is not None else txlog.list_topics(internal=True)
     tps = []
+    found = []
     for t in names:
         try:
             tps += txlog.partitions_for(t)
+            found.append(t)
         except TxlogError as exc:
             report.failures.append(f"topic {t}: {_one_line(exc)}")
     for n, tp in enumerate(tps):
@@ -288,7 +322,7 @@ def maintain(txlog: Log, topics: list[str] | None = None, *, compact: bool = Tru
             pr.retained_from = apply_retention(txlog, tp, now)
             if compact:
                 compact_partition(txlog, tp, pr)
-            pr.objects_deleted = purge(txlog, tp, now)
+            pr.objects_deleted = purge(txlog, tp, now, report=pr)
             plog = txlog.partition_log(tp)
             st = plog.refresh()
             kept = expire_producers(st, int(txlog.config["producer.id.expiration.ms"]),
@@ -299,9 +333,36 @@ def maintain(txlog: Log, topics: list[str] | None = None, *, compact: bool = Tru
             pr.error = _one_line(exc)
             report.failures.append(f"{tp.topic}-{tp.partition}: {pr.error}")
         report.partitions.append(pr)
+        report.shared_objects_deleted += pr.shared_objects_deleted
+    for t in found:
+        _collect_shared(txlog, t, [tp for tp in tps if tp.topic == t], report)
     if progress:
         progress(len(tps), len(tps), "done")
     return report
+
+
+def _collect_shared(txlog: Log, topic: str, tps: list[TopicPartition],
+                    report: MaintenanceReport) -> None:
+    """Delete the shared objects of ``topic`` that every partition holding them
+    released, where a releaser was killed or raced before it could."""
+    prefix = layout.shared_prefix(topic)
+    holders: dict[str, set[int]] = {}
+    for tp in tps:
+        st = txlog.partition_log(tp).state  # as maintenance just left it
+        if st is not None:
+            for k in {*st.batches.data, *(k for _, k in st.pending_deletes)}:
+                if k.startswith(prefix):
+                    holders.setdefault(k, set()).add(tp.partition)
+    try:
+        done = shared_deletion.collect_topic(txlog.store, topic,
+                                             partitions=txlog.topic(topic).partitions,
+                                             holders=holders)
+    except TxlogError as exc:
+        report.failures.append(f"topic {topic} shared objects: {_one_line(exc)}")
+        return
+    report.shared_objects_deleted += done.deleted
+    report.warnings += done.warnings
+    report.failures += done.failures
 
 
 def _one_line(exc: BaseException) -> str:

@@ -11,17 +11,18 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from txlog import checksums
+from txlog import checksums, layout
 from txlog.errors import CorruptObjectError, UnsupportedFormatError
 from txlog.unique import unique
 
 #: The newest entry format this txlog reads.  Version 2 adds DATA entries of several batch
 #: objects (``extra["parts"]``, see PARTS), version 3 BEGIN entries and COMMIT markers
 #: that carry their transaction's last batch objects (see MARKER_PARTS_VERSION), version 4
-#: entries that carry copies of small batch objects (see INLINE_VERSION); every other
+#: entries that carry copies of small batch objects (see INLINE_VERSION), version 5
+#: entries naming batches inside shared objects (see SHARED_VERSION); every other
 #: entry is still written as version 1, so older readers keep reading logs that hold none
 #: (and refuse those that do, instead of misreading them).
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 PARTS_VERSION = 2
 #: A COMMIT marker with ``extra["parts"]``: the batch objects its transaction's
 #: PrepareCommit named but no entry appended yet (txn_state.TxnRecord.pending), appended
@@ -35,8 +36,18 @@ MARKER_PARTS_VERSION = 3
 #: ``extra`` key of a DATA entry that carries several batch objects, one after another:
 #: a list of ``[key, count, nbytes, ts_min, ts_max]``; the entry's ``data`` is the
 #: first key and its count, nbytes and timestamps cover them all.  One put-if-absent then
-#: appends every object a producer wrote meanwhile, instead of one each.
+#: appends every object a producer wrote meanwhile, instead of one each.  A part of 7,
+#: ``[key, count, nbytes, ts_min, ts_max, row, object_rows]``, is a batch inside a shared
+#: object (see SHARED_VERSION).
 PARTS = "parts"
+#: Entries with a part of 7 elements: a batch that is rows [row, row + count) of a shared
+#: object (layout.shared_key) holding ``object_rows`` rows, the batches of several
+#: partitions of one topic that one producer step wrote; ``nbytes`` is the whole
+#: object's stored size.  A shared object is always named through parts, even alone.
+SHARED_VERSION = 5
+#: The length of a part naming its own object, and of one naming a shared object's rows.
+PART_LEN = 5
+SHARED_PART_LEN = 7
 #: A DATA entry or a COMMIT marker with ``inline``: ``{key: base64}``, a copy of some of
 #: the batch objects it appends (each named by the entry, with a checksum in its key).  A
 #: reader that reads the entry then has their bytes without a request of its own; the
@@ -110,6 +121,16 @@ class Entry:
             return due
         return self.append_ms + int(x.get("delete_delay_ms", 0))
 
+    def marker_data(self) -> Entry:
+        """The data part of a COMMIT marker that carries batches (MARKER_PARTS_VERSION):
+        a transactional DATA entry of the same parts, at the marker entry's first offsets."""
+        return Entry(slot=self.slot, kind=DATA, base_offset=self.base_offset,
+                     count=self.count - 1, producer_id=self.producer_id, epoch=self.epoch,
+                     base_sequence=self.base_sequence, transactional=True,
+                     txn_id=self.txn_id, data=self.data, nbytes=self.nbytes,
+                     ts_min=self.ts_min, ts_max=self.ts_max, append_ms=self.append_ms,
+                     extra=self.extra, token=self.token)
+
     def encode(self) -> bytes:
         # A shallow dict, not asdict(): asdict deep-copies every value, and this runs for
         # every appended batch.  json.dumps copies nothing anyway.
@@ -121,6 +142,10 @@ class Entry:
                 MARKER_PARTS_VERSION if self.kind == COMMIT else 1
         else:
             d["v"] = INLINE_VERSION
+        if self.extra is not None and self.kind in (DATA, COMMIT) and any(
+                isinstance(p, list) and len(p) == SHARED_PART_LEN
+                for p in self.extra.get(PARTS) or ()):
+            d["v"] = SHARED_VERSION
         return json.dumps(d, separators=(",", ":"), sort_keys=True).encode()
 
 
@@ -162,10 +187,11 @@ def decode_entry(raw: bytes, where: str) -> Entry:
         or not 0 <= e.count < 2**31  # Kafka's record count is an int32
         or not 0 <= e.base_offset < 2**63 - e.count  # offsets are int64
         or (e.kind == DATA and not isinstance(e.data, str))
+        or (e.extra is None and e.data is not None and layout.is_shared(e.data))
         or (e.extra is not None and not isinstance(e.extra, dict))
         or (e.kind == COMPACT and not _valid_compaction(e.extra))
-        or (e.kind == DATA and e.extra is not None and not _valid_parts(e))
-        or (e.kind == COMMIT and e.extra is not None and not _valid_parts(e, markers=1))
+        or (e.kind == DATA and e.extra is not None and not _valid_parts(e, v))
+        or (e.kind == COMMIT and e.extra is not None and not _valid_parts(e, v, markers=1))
         or (e.kind == BEGIN and (e.count != 0 or e.producer_id < 0 or not e.transactional))
         or (e.inline is not None and (v < INLINE_VERSION or not _valid_inline(e)))
     ):
@@ -200,7 +226,7 @@ def _valid_types(e: Entry) -> bool:
             and isinstance(e.token, str))
 
 
-def _valid_parts(e: Entry, markers: int = 0) -> bool:
+def _valid_parts(e: Entry, version: int, markers: int = 0) -> bool:
     """A DATA entry's parts (or a COMMIT marker's, ``markers`` = 1): the first is
     ``data``, the counts add up to ``count`` (less the marker's own offset); replay takes
     each as a batch of its own."""
@@ -209,10 +235,32 @@ def _valid_parts(e: Entry, markers: int = 0) -> bool:
     if set(e.extra) != {PARTS} or not isinstance(parts, list) or not parts:
         return False
     for p in parts:
-        if not (isinstance(p, list) and len(p) == 5 and isinstance(p[0], str) and p[0]
+        if not (isinstance(p, list) and len(p) in (PART_LEN, SHARED_PART_LEN)
+                and isinstance(p[0], str) and p[0]
                 and all(type(v) is int for v in p[1:]) and p[1] > 0 and p[2] >= 0):
             return False
+        if len(p) == SHARED_PART_LEN:
+            if version < SHARED_VERSION or not valid_shared_part(p):
+                return False
+        elif layout.is_shared(p[0]):
+            return False  # a shared object's batch is always rows named by a part of 7
     return bool(parts[0][0] == e.data and sum(p[1] for p in parts) + markers == e.count)
+
+
+def share(nbytes: int, count: int, object_rows: int) -> int:
+    """The stored bytes a batch counts (retention.bytes, sizes, estimates): of a shared
+    object of ``object_rows`` rows, its share by rows (at least 1 of a non-empty object),
+    so that a partition never counts another's bytes; of its own object (``object_rows``
+    0), the whole size."""
+    if object_rows <= 0:
+        return nbytes
+    return max(1 if nbytes else 0, nbytes * count // object_rows)
+
+
+def valid_shared_part(p: list[Any]) -> bool:
+    """A part of 7 (ints checked already): its rows lie inside a shared object's."""
+    _, count, _, _, _, row, object_rows = p
+    return bool(layout.is_shared(p[0]) and row >= 0 and row + count <= object_rows)
 
 
 def _object_sizes(e: Entry) -> dict[str, int]:
@@ -235,6 +283,7 @@ def _valid_inline(e: Entry) -> bool:
     for key, text in x.items():
         size = sizes.get(key)
         if size is None or checksums.expected(key) is None or not isinstance(text, str) \
+                or layout.is_shared(key) \
                 or len(text) != 4 * ((size + 2) // 3):
             return False
         total += size

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import re
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -71,8 +72,9 @@ class AppendResult:
     duplicate: bool = False
 
 
-#: One batch object of a DATA entry of several: key, count, nbytes, ts_min, ts_max, untimed.
-Part = tuple[str, int, int, "int | None", "int | None", bool]
+#: One batch object of a DATA entry of several: key, count, nbytes, ts_min, ts_max, untimed;
+#: a batch inside a shared object adds its first row and the object's rows (model.PARTS).
+Part = tuple[Any, ...]
 
 
 def _stamp(ts_min: int | None, ts_max: int | None, untimed: bool,
@@ -105,8 +107,9 @@ class AppendSpec:
     log_start_offset: int | None = None
     extra: dict[str, Any] | None = None
     #: A DATA append of several batch objects in one entry (see model.PARTS): each
-    #: (key, count, nbytes, ts_min, ts_max, untimed), as the single-object fields are;
-    #: ``data``, ``count``, ``nbytes`` and the timestamps are then taken from them.
+    #: (key, count, nbytes, ts_min, ts_max, untimed), as the single-object fields are,
+    #: plus (row, object_rows) for a batch inside a shared object (kept a part even
+    #: alone); ``data``, ``count``, ``nbytes`` and the timestamps are taken from them.
     parts: list[Part] | None = None
     #: The bytes of objects this entry appends, to carry in it (model.INLINE_VERSION): those
     #: that fit INLINE_MAX_BYTES in all are copied into the entry.
@@ -119,8 +122,9 @@ def _inline_copies(spec: AppendSpec) -> dict[str, str] | None:
     which a reader checks the copy against."""
     if not spec.inline or spec.kind not in (DATA, COMMIT):
         return None
-    sizes = {p[0]: p[2] for p in spec.parts} if spec.parts is not None else \
-        {spec.data: spec.nbytes} if spec.data else {}
+    # (never a shared object: every partition's entry would carry all of it)
+    sizes = {p[0]: p[2] for p in spec.parts if len(p) == 6} if spec.parts is not None \
+        else {spec.data: spec.nbytes} if spec.data else {}
     out: dict[str, str] = {}
     total = 0
     for key, size in sizes.items():
@@ -249,8 +253,7 @@ class PartitionLog:
         for key in reversed(keys):
             try:
                 st = decode_checkpoint(self.store.get(key), key)
-                self._check_owned_column(st.batches.arrow().column("data"),
-                                         f"checkpoint {key}")
+                self._check_owned_column(st.batches.arrow(), f"checkpoint {key}")
                 self._check_owned({k for _, k in st.pending_deletes}, f"checkpoint {key}")
                 return st
             except ObjectNotFoundError:
@@ -296,15 +299,29 @@ class PartitionLog:
                     "name its own partition's objects. It is corrupt, or was written by "
                     "someone who should not write to this root: remove it")
 
-    def _check_owned_column(self, keys: pa.ChunkedArray, what: str) -> None:
-        """:meth:`_check_owned` for a column of keys, with array operations (a checkpoint
-        names up to millions of objects); keys that may not pass get the exact check."""
+    def _check_owned_column(self, batches: pa.Table, what: str) -> None:
+        """:meth:`_check_owned` for a batch index's keys, with array operations (a
+        checkpoint names up to millions of objects); keys that may not pass get the exact
+        check.  Also: a batch names a shared object's rows (``object_rows``) exactly when
+        its key is a shared object's, or a reader would take the whole object as its own."""
+        keys = batches.column("data")
+        in_shared = batches.column("object_rows").to_numpy() != 0
         data = layout.data_prefix(self.topic, self.partition)
-        if not pc.all(pc.starts_with(keys, data)).as_py():
-            ok = pc.or_(pc.equal(keys, ""), pc.or_(
+        if pc.all(pc.starts_with(keys, data)).as_py():
+            named_shared = np.zeros(len(keys), bool)
+        else:
+            shared = "^" + re.escape(layout.shared_prefix(self.topic)) + r"[^/]+\.parquet$"
+            is_shared = pc.match_substring_regex(keys, shared)
+            named_shared = is_shared.to_numpy(zero_copy_only=False)
+            ok = pc.or_(pc.or_(pc.equal(keys, ""), pc.or_(
                 pc.starts_with(keys, data),
-                pc.starts_with(keys, layout.staging_prefix_of(self.topic))))
+                pc.starts_with(keys, layout.staging_prefix_of(self.topic)))), is_shared)
             self._check_owned(keys.filter(pc.invert(ok)).to_pylist(), what)
+        if (named_shared != in_shared).any():
+            raise CorruptObjectError(
+                f"{what} has batches whose objects and object_rows disagree (a shared "
+                "object's batch without the object's rows, or rows for an object of its "
+                "own); txlog falls back to an older checkpoint or the log itself")
         for chunk in keys.chunks:
             if _suspicious_bytes(chunk):
                 odd = pc.or_(pc.match_substring(chunk, ".."), pc.or_(
@@ -361,9 +378,11 @@ class PartitionLog:
                 spec.parts, marker_parts = kept or None, bool(kept)
             else:
                 spec.parts = kept or spec.parts[:1]
-                if len(spec.parts) == 1 or spec.parts[0][1] <= 0:
+                # (a batch of a shared object is always a part: its rows are named there)
+                if (len(spec.parts) == 1 and len(spec.parts[0]) == 6) \
+                        or spec.parts[0][1] <= 0:
                     spec.data, spec.count, spec.nbytes, spec.ts_min, spec.ts_max, \
-                        spec.untimed = spec.parts[0]
+                        spec.untimed = spec.parts[0][:6]
                     spec.parts = None
         if spec.parts is not None:  # the entry's totals are the parts' (never out of step)
             spec.data = spec.parts[0][0]
@@ -396,11 +415,10 @@ class PartitionLog:
             if spec.parts is None:
                 ts_min, ts_max = _stamp(spec.ts_min, spec.ts_max, spec.untimed, append_ms)
             else:
-                stamps = [_stamp(lo, hi, untimed, append_ms)
-                          for _, _, _, lo, hi, untimed in spec.parts]
+                stamps = [_stamp(p[3], p[4], p[5], append_ms) for p in spec.parts]
                 ts_min = min(lo for lo, _ in stamps)
                 ts_max = max(hi for _, hi in stamps)
-                extra = {PARTS: [[key, n, nb, lo, hi] for (key, n, nb, *_), (lo, hi)
+                extra = {PARTS: [[p[0], p[1], p[2], lo, hi, *p[6:]] for p, (lo, hi)
                                  in zip(spec.parts, stamps, strict=True)]}
             entry = Entry(
                 slot=st.next_slot, kind=spec.kind, base_offset=st.high_watermark,
@@ -444,32 +462,47 @@ class PartitionLog:
     # -- reading -------------------------------------------------------------------------
 
     def read_spans(self, spans: Sequence[ReadSpan], columns: Sequence[str] | None = None,
-                   *, max_decoded: int | None = None) -> list[pa.Table]:
+                   *, max_decoded: int | None = None,
+                   kept: dict[str, pa.Table] | None = None) -> list[pa.Table]:
         """The rows of each span, trimmed to its offsets, in order.  Each object is read
         once even when several spans (runs of a compacted segment) point into it.
 
         ``max_decoded``: decode objects in order only until their decoded tables hold
         that many bytes (at least one object), and return the tables of the spans read
         so far, a prefix of ``spans``: a budget on stored sizes alone lets objects that
-        compress well decode to many times it."""
-        keys = list(dict.fromkeys(s.data for s in spans))
+        compress well decode to many times it.
+
+        ``kept``: shared objects (of ``columns``) decoded by an earlier read, taken from
+        it instead of fetched; the shared objects this read decodes are left there, so
+        that reads of the other partitions in them fetch none again."""
+        kept = {} if kept is None else kept
+        tables: dict[str, pa.Table] = {}
+        keys = []
+        for k in dict.fromkeys(s.data for s in spans):
+            if k in kept:
+                tables[k] = kept[k]
+            else:
+                keys.append(k)
         if max_decoded is None:
             if _parallel(self.store) and len(keys) > 1:
-                tables = dict(zip(keys, fan_out(lambda k: self._read_object(k, columns),
+                tables.update(zip(keys, fan_out(lambda k: self._read_object(k, columns),
                                                 keys), strict=True))
             else:
-                tables = {k: self._read_object(k, columns) for k in keys}
+                tables.update((k, self._read_object(k, columns)) for k in keys)
+            kept.update((k, tables[k]) for k in keys if layout.is_shared(k))
             return [self._trim(tables[s.data], s) for s in spans]
         # A window at a time, sized by the budget left (fetch_windows): objects past the
         # budget are neither fetched nor held.
         get_many = ((lambda ks: fan_out(self._get_verified, list(ks)))
                     if _parallel(self.store) else None)
-        tables, self._expansion = fetch_windows.read_within(
+        read, self._expansion = fetch_windows.read_within(
             keys, fetch_windows.stored_sizes(self.state, spans, keys), max_decoded=max_decoded,
             expansion=self._expansion, get=self._get_verified, get_many=get_many,
             decode=lambda k, raw: decode_parquet(raw, k, columns,
                                                  fetch_max_bytes=self.fetch_max_bytes),
-            decoded_size=lambda t: int(t.nbytes))
+            decoded_size=lambda t: int(t.nbytes)) if keys else ({}, self._expansion)
+        tables.update(read)
+        kept.update((k, t) for k, t in read.items() if layout.is_shared(k))
         out = []
         for s in spans:
             if s.data not in tables:

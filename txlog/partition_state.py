@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
+from txlog import model
 from txlog.errors import (
     CorruptObjectError,
     InvalidProducerEpochError,
@@ -107,9 +108,10 @@ class AbortedTxn:
     last_offset: int  # the ABORT marker's offset
 
 
-#: The batch index's columns, in the order checkpoints store them.
+#: The batch index's columns, in the order checkpoints store them.  ``row``: the batch's
+#: first row in its object; ``object_rows``: a shared object's rows, else 0 (model.share).
 BATCH_COLUMNS = ("base_offset", "count", "producer_id", "epoch", "status", "data", "nbytes",
-                 "ts_min", "ts_max", "append_ms", "txn_id", "row")
+                 "ts_min", "ts_max", "append_ms", "txn_id", "row", "object_rows")
 
 
 class BatchColumns:
@@ -134,6 +136,7 @@ class BatchColumns:
         append_ms: list[int]
         txn_id: list[str | None]
         row: list[int]
+        object_rows: list[int]
 
     def __init__(self) -> None:
         self._frozen: pa.Table | None = None  # the first rows, as a checkpoint held them
@@ -205,11 +208,14 @@ class BatchColumns:
         c["append_ms"].append(e.append_ms)
         c["txn_id"].append(e.txn_id)
         c["row"].append(0)
+        c["object_rows"].append(0)
         return len(self) - 1
 
     def add_part(self, e: Entry, status: int, base_offset: int, part: list[Any]) -> None:
-        """One batch object of a DATA entry of several (see model.PARTS)."""
-        key, count, nbytes, ts_min, ts_max = part
+        """One batch object of a DATA entry of several (see model.PARTS), or one batch
+        inside a shared object (a part of 7: its first row and the object's rows)."""
+        key, count, nbytes, ts_min, ts_max = part[:5]
+        row, object_rows = (part[5], part[6]) if len(part) > 5 else (0, 0)
         c = self._lists
         c["base_offset"].append(base_offset)
         c["count"].append(count)
@@ -222,7 +228,13 @@ class BatchColumns:
         c["ts_max"].append(ts_max)
         c["append_ms"].append(e.append_ms)
         c["txn_id"].append(e.txn_id)
-        c["row"].append(0)
+        c["row"].append(row)
+        c["object_rows"].append(object_rows)
+
+    def shares(self) -> list[int]:
+        """Each batch's stored bytes as byte accounting counts them (model.share)."""
+        return [model.share(n, c, r) if r else n
+                for n, c, r in zip(self.nbytes, self.count, self.object_rows, strict=True)]
 
     def decide(self, offset: int, key: tuple[int, int], status: int) -> None:
         """Give every OPEN batch of transaction ``key`` (producer id, epoch) at ``offset``
@@ -317,7 +329,7 @@ class PartitionState:
                 # A COMMIT that carries its transaction's last batches: they are appended
                 # (as a DATA entry of the same parts would be), then the marker, at the
                 # entry's last offset, decides them with the rest.
-                self._apply_data(_data_of_marker(e))
+                self._apply_data(e.marker_data())
                 self._apply_marker(e, e.last_offset)
             else:
                 self._apply_marker(e, e.base_offset)
@@ -360,7 +372,7 @@ class PartitionState:
         rows = [{"base_offset": r[0], "count": r[1], "row": r[2], "append_ms": r[3],
                  "producer_id": r[4], "status": r[5], "epoch": r[6], "ts_min": r[7],
                  "ts_max": r[8], "data": seg, "nbytes": int(x["nbytes"]) if n == 0 else 0,
-                 "txn_id": None} for n, r in enumerate(x["runs"])]
+                 "txn_id": None, "object_rows": 0} for n, r in enumerate(x["runs"])]
         old = set(b.data[i:j])
         b.replace(i, j, rows)
         due = e.delete_due_ms
@@ -581,14 +593,6 @@ class PartitionState:
         return sum(1 for s in self.batches.status if s in VISIBLE)
 
     def size_bytes(self) -> int:
-        return sum(self.batches.nbytes)
+        """The partition's stored bytes (a shared object's batches count their share)."""
+        return sum(self.batches.shares())
 
-
-def _data_of_marker(e: Entry) -> Entry:
-    """The data part of a COMMIT marker that carries batches (model.MARKER_PARTS_VERSION):
-    a transactional DATA entry of the same parts, at the marker entry's first offsets."""
-    return Entry(slot=e.slot, kind=DATA, base_offset=e.base_offset, count=e.count - 1,
-                 producer_id=e.producer_id, epoch=e.epoch, base_sequence=e.base_sequence,
-                 transactional=True, txn_id=e.txn_id, data=e.data, nbytes=e.nbytes,
-                 ts_min=e.ts_min, ts_max=e.ts_max, append_ms=e.append_ms, extra=e.extra,
-                 token=e.token)

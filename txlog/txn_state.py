@@ -18,6 +18,7 @@ from txlog.errors import (
     InvalidTxnStateError,
     UnsupportedFormatError,
 )
+from txlog.model import valid_shared_part
 
 EMPTY = "Empty"
 ONGOING = "Ongoing"
@@ -57,13 +58,18 @@ MAX_EPOCH = 32_766  # Kafka's epochs are shorts; the last one is reserved
 #: Version 3: a PrepareCommit that also carries the bytes of pending objects that may not
 #: be durable yet (``inline``).  An older txlog must refuse it: rolling the commit forward
 #: without writing them first would name objects that do not exist.
-RECORD_VERSION = 3
+#: Version 4: a PrepareCommit whose pending batches include rows of shared objects
+#: (parts of 8, see PendingPart).  An older txlog must refuse it: it would append them as
+#: whole objects.
+RECORD_VERSION = 4
 PENDING_VERSION = 2
 INLINE_VERSION = 3
+SHARED_VERSION = 4
 
 #: A batch object to append: key, count, nbytes, ts_min, ts_max (None: no record has a
-#: timestamp of its own), untimed (some record has none).
-PendingPart = tuple[str, int, int, "int | None", "int | None", bool]
+#: timestamp of its own), untimed (some record has none); a batch in a shared object
+#: adds its first row and the object's rows (model.SHARED_VERSION).
+PendingPart = tuple[Any, ...]
 
 
 class PendingAppend(NamedTuple):
@@ -154,6 +160,8 @@ class TxnRecord:
             if inline:
                 d["inline"] = {k: text for k, text in inline}
                 d["v"] = INLINE_VERSION
+            if any(len(p) > 6 for a in self.pending for p in a.parts):
+                d["v"] = SHARED_VERSION
         else:
             del d["pending"]  # (version 1 records, as txlog before 0.3 reads them)
             d["v"] = 1
@@ -194,6 +202,10 @@ class TxnRecord:
             raise CorruptObjectError(
                 f"transaction record in {where} is {rec.state} but names batch objects to "
                 "append (only PrepareCommit does)")
+        if v < SHARED_VERSION and any(len(p) > 6 for a in rec.pending for p in a.parts):
+            raise CorruptObjectError(
+                f"transaction record in {where} names rows of shared objects but has "
+                f"version {v}")
         named = {p[0] for a in rec.pending for p in a.parts}
         if any(k not in named for k, _ in rec.inline):
             raise CorruptObjectError(
@@ -284,12 +296,18 @@ def _pending_of(raw: list[Any]) -> tuple[PendingAppend, ...]:
     out = []
     for topic, partition, seq, parts in raw:
         ps: list[PendingPart] = []
-        for key, n, nb, lo, hi, untimed in parts:
+        for p in parts:
+            if not isinstance(p, list) or len(p) not in (6, 8):
+                raise ValueError(f"invalid pending batch object {p!r}")
+            key, n, nb, lo, hi, untimed, *rows = p
             if not (isinstance(key, str) and key and type(n) is int and n > 0
                     and type(nb) is int and nb >= 0 and isinstance(untimed, bool)
-                    and all(v is None or type(v) is int for v in (lo, hi))):
+                    and all(v is None or type(v) is int for v in (lo, hi))
+                    and all(type(v) is int for v in rows)
+                    and (valid_shared_part([key, n, nb, 0, 0, *rows]) if rows
+                         else not layout.is_shared(key))):
                 raise ValueError(f"invalid pending batch object {key!r}")
-            ps.append((key, n, nb, lo, hi, untimed))
+            ps.append((key, n, nb, lo, hi, untimed, *rows))
         if not (isinstance(topic, str) and type(partition) is int and type(seq) is int
                 and ps):
             raise ValueError(f"invalid pending append to {topic!r}")

@@ -73,6 +73,7 @@ def build(url: str, partitions: int, batches: int) -> None:
         b.ts_min = b.ts_max = b.append_ms = [1_700_000_000_000 + i for i in range(batches)]
         b.txn_id = [f"plan-{p}"] * batches
         b.row = [0] * batches
+        b.object_rows = [0] * batches
         st.batches = b
         log.store.put(layout.checkpoint_key("plan", p, batches), encode_checkpoint(st))
     C.progress(f"wrote {partitions} checkpoints")

@@ -21,7 +21,14 @@ against these readers:
   what ``format("txlog")`` is without the jar;
 * ``txlog_parquet_decoder`` (diagnostic): ``format("txlog")`` with its objects decoded by
   Spark's vectorized Parquet reader (``txlog.scan.decoder=parquet``) instead of txlog's
-  own decoder.
+  own decoder;
+* ``txlog_per_partition_objects`` (diagnostic): ``format("txlog")`` of the same records
+  written with ``batch.objects.shared=false`` (one object per partition per transaction,
+  as before shared objects).
+
+The producer writes each transaction's batches of a topic as one shared object, so a
+topic is about 100 objects; the report says how many objects each read plans, and how
+many the per-partition copy has.
 
 ``--compact`` then compacts the topics (``txlog maintain``: each partition's batches
 merged into a segment, the aborted ones dropped; passes repeated until none compacts
@@ -73,17 +80,20 @@ VALUE_SIZE = 100
 BATCHES_PER_PARTITION = 100  # transactions per topic; one batch per partition each
 
 
-def build_topic(log: Any, topic: str, records: int, abort_pct: float, seed: int,
-                ) -> dict[str, Any]:
+def build_topic(log: Any, topic: str, records: int, abort_pct: float, seed: int, *,
+                shared: bool = True) -> dict[str, Any]:
     """``records`` records in transactions writing one batch to every partition; a fixed
-    share of the transactions (chosen at random, seeded) aborted."""
+    share of the transactions (chosen at random, seeded) aborted.  The producer writes
+    each transaction's batches as one shared object (its default), or with ``shared``
+    off one object per partition."""
     log.create_topic(topic, partitions=PARTITIONS)
     per_batch = max(1, records // (PARTITIONS * BATCHES_PER_PARTITION))
     txns = max(1, records // (per_batch * PARTITIONS))
     rng = random.Random(seed)
     aborted = set(rng.sample(range(txns), round(txns * abort_pct / 100)))
     table = C.kafka_records(per_batch, VALUE_SIZE, seed)
-    p = log.producer(transactional_id=f"bench-{topic}")
+    config = {} if shared else {"batch.objects.shared": False}
+    p = log.producer(transactional_id=f"bench-{topic}", **config)
     p.init_transactions()
     for i in range(txns):
         p.begin_transaction()
@@ -102,12 +112,13 @@ def build_topic(log: Any, topic: str, records: int, abort_pct: float, seed: int,
             "aborted_txns": len(aborted), "records_per_batch": per_batch}
 
 
-def segments_read(info: dict[str, Any], storage_options: dict[str, Any]) -> int:
+def objects_read(info: dict[str, Any], storage_options: dict[str, Any], *,
+                 topic: str | None = None) -> int:
     """How many objects a read of the topic plans (after compaction: its segments)."""
     from spark_ext.options import parse_read_options
     from spark_ext.read_plan import plan_batch
 
-    opts = {"path": info["url"], "topic": info["topic"]}
+    opts = {"path": info["url"], "topic": topic or info["topic"]}
     if storage_options:
         opts["storage_options"] = json.dumps(storage_options)
     ro = parse_read_options(opts, streaming=False)
@@ -117,6 +128,8 @@ def segments_read(info: dict[str, Any], storage_options: dict[str, Any]) -> int:
 def plain_copy(url: str, topic: str, dest: Path) -> int:
     """Hard-link the committed batch objects (as planned by txlog) into a plain dataset
     (a local root's)."""
+    import pyarrow.parquet as pq
+
     from spark_ext.options import parse_read_options
     from spark_ext.read_plan import plan_batch
 
@@ -124,12 +137,14 @@ def plain_copy(url: str, topic: str, dest: Path) -> int:
     log = ro.connect()
     plan = plan_batch(ro, log)
     dest.mkdir(parents=True)
-    rows = 0
-    for i, s in enumerate(plan.slices):
-        assert s.skip == 0, "committed batches are read whole"
-        os.link(log.store.fs_path(s.key), dest / f"part-{i:06d}.parquet")
-        rows += s.take
-    return rows
+    rows: dict[str, int] = {}
+    for s in plan.slices:  # (a shared object's slices: one per partition it holds)
+        rows[s.key] = rows.get(s.key, 0) + s.take
+    for i, (key, n) in enumerate(rows.items()):
+        path = log.store.fs_path(key)
+        assert pq.ParquetFile(path).metadata.num_rows == n, "committed objects are read whole"
+        os.link(path, dest / f"part-{i:06d}.parquet")
+    return sum(rows.values())
 
 
 def main() -> None:
@@ -154,6 +169,14 @@ def prepare(target: C.Target, records: int, work: Path) -> dict[int, dict[str, A
         C.progress(f"{target.name}: writing {records:,} records, {pct}% of transactions "
                    "aborted")
         topics[pct] = {"url": url, **build_topic(log, f"scan{pct}", records, pct, seed=pct)}
+        # Diagnostic: the same records with one object per partition per transaction.
+        build_topic(log, f"scan{pct}pp", records, pct, seed=pct, shared=False)
+        topics[pct]["objects"] = objects_read(topics[pct], target.storage_options)
+        topics[pct]["objects_per_partition_topic"] = objects_read(
+            topics[pct], target.storage_options, topic=f"scan{pct}pp")
+        C.progress(f"{target.name}: scan{pct} reads {topics[pct]['objects']} objects, "
+                   f"scan{pct}pp (one object per partition) "
+                   f"{topics[pct]['objects_per_partition_topic']}")
         if target.name == "local":
             plain = work / f"plain{pct}-{target.name}"
             topics[pct]["plain"] = str(plain)
@@ -225,11 +248,11 @@ def measure(spark: Any, target: C.Target, topics: dict[int, dict[str, Any]], rou
     suffix = "_s3" if s3 else ""
     options = json.dumps(target.storage_options) if target.storage_options else None
 
-    def txlog_df(pct: int, fmt: str = "txlog") -> Any:
+    def txlog_df(pct: int, fmt: str = "txlog", suffix: str = "") -> Any:
         r = spark.read.format(fmt).option("path", topics[pct]["url"])
         if options is not None:  # said once: the connector maps them to S3A's settings
             r = r.option("storage_options", options)
-        return r.option("topic", f"scan{pct}").load()
+        return r.option("topic", f"scan{pct}{suffix}").load()
 
     baseline = {pct: where.path(f"baseline{pct}-{uuid.uuid4().hex[:8]}") for pct in topics}
     for pct in topics:  # the baseline: written once, Spark's defaults
@@ -249,6 +272,8 @@ def measure(spark: Any, target: C.Target, topics: dict[int, dict[str, Any]], rou
         readers["txlog_s3a"] = txlog_df
         readers["txlog_shared_s3a"] = txlog_df
     readers["txlog_parquet_decoder"] = txlog_df
+    # Diagnostic: the same rows in one object per partition per transaction.
+    readers["txlog_per_partition_objects"] = lambda pct: txlog_df(pct, suffix="pp")
     hadoop = spark.sparkContext._jsc.hadoopConfiguration()
 
     diagnostic = {"txlog_s3a": ("txlog.scan.s3a.signed.get", "false"),
@@ -332,7 +357,7 @@ def measure(spark: Any, target: C.Target, topics: dict[int, dict[str, Any]], rou
         for pct in topics:  # the compacted topics return the same rows, from segments
             want = two_columns(readers["parquet"](pct))
             assert two_columns(readers["txlog"](pct)) == want, pct
-            assert segments_read(topics[pct], target.storage_options) == PARTITIONS, pct
+            assert objects_read(topics[pct], target.storage_options) == PARTITIONS, pct
             all_columns(readers["txlog"](pct))
             if not s3:
                 assert readers["txlog_python"](pct).count() == want[0], pct
@@ -405,6 +430,10 @@ def measure(spark: Any, target: C.Target, topics: dict[int, dict[str, Any]], rou
                   f"median of {rounds} (ratios: medians of per-round ratios to parquet)",
                   ["aborted", "query", "reader", "seconds", "rows/s", "vs parquet", "CPU s",
                    "CPU vs parquet", "JVM CPU s", "weed CPU s"], rows)
+    for pct, info in topics.items():
+        print(f"{pct}% topic: {info['objects']} batch objects read (shared objects), "
+              f"{info['objects_per_partition_topic']} in the same rows written one object "
+              "per partition (txlog_per_partition_objects)")
     print(f"load average while measuring: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs "
           "(wall-time ratios are only meaningful on an idle machine; CPU ratios much more)")
     return {"ratios": ratios, "goals": goals, "results": results}

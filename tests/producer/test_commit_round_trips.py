@@ -42,7 +42,9 @@ def test_a_commits_batch_objects_upload_side_by_side(
         return real(plog, table, **kw)
 
     monkeypatch.setattr(PartitionLog, "write_object", write_object)
-    p = lg.producer(transactional_id="tx", **{"linger.ms": 600_000})
+    # (one object per partition: shared, the eight batches would be one object)
+    p = lg.producer(transactional_id="tx", **{"linger.ms": 600_000,
+                                              "batch.objects.shared": False})
     p.init_transactions()
     p.begin_transaction()
     for i in range(PARTITIONS):
@@ -85,20 +87,21 @@ def test_begin_entries_are_written_beside_prepare_commit(
     assert sorted(read_all(lg, "t")) == [b"a", b"b"]
 
 
+@pytest.mark.parametrize("shared", [True, False], ids=["shared", "own-objects"])
 def test_a_small_commit_is_decided_beside_its_uploads(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shared: bool) -> None:
     """A commit whose small batches are unsent (commit.inline.bytes, the default): its
-    PrepareCommit and both objects' puts are in flight together, one round trip, and
-    no AddPartitions precedes it."""
+    PrepareCommit and its objects' puts (one shared object, or one per partition) are in
+    flight together, one round trip, and no AddPartitions precedes it."""
     lg = _remote_like(tmp_path)
-    barrier = threading.Barrier(3, timeout=60)
+    barrier = threading.Barrier(2 if shared else 3, timeout=60)
     store_type = type(lg.store)
     real_put = store_type.put_new
     real_prepare = Coordinator.prepare_end
     added: list[Any] = []
 
     def put_new(store: Any, key: str, data: Any) -> None:
-        if "/data/" in key:
+        if "/data/" in key or "/_shared/" in key:
             barrier.wait()
         real_put(store, key, data)
 
@@ -111,7 +114,8 @@ def test_a_small_commit_is_decided_beside_its_uploads(
     monkeypatch.setattr(Coordinator, "prepare_end", prepare_end)
     monkeypatch.setattr(Coordinator, "add_partitions",
                         lambda *a, **k: added.append(a))  # (must not be called)
-    p = lg.producer(transactional_id="tx", **{"linger.ms": 600_000})
+    p = lg.producer(transactional_id="tx", **{"linger.ms": 600_000,
+                                              "batch.objects.shared": shared})
     p.init_transactions()
     p.begin_transaction()
     p.send("t", b"a", partition=0)
@@ -120,6 +124,7 @@ def test_a_small_commit_is_decided_beside_its_uploads(
     p.close()
     assert added == []
     assert sorted(read_all(lg, "t")) == [b"a", b"b"]
+    assert len(lg.store.list("topics/t/_shared/")) == (1 if shared else 0)
 
 
 @pytest.mark.parametrize("remote", [False, True], ids=["local", "remote"])

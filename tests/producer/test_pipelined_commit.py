@@ -19,7 +19,10 @@ from txlog.producer import Producer
 
 @pytest.fixture
 def log(tmp_path: object) -> txlog.Log:
-    lg = txlog.connect(str(tmp_path))
+    # One object per partition: these tests hold and fail uploads of each partition's
+    # object (PartitionLog.write_object); test_shared_objects.py covers shared ones.
+    own: dict[str, Any] = {"batch.objects.shared": False}
+    lg = txlog.connect(str(tmp_path), **own)
     lg.create_topic("a", partitions=2)
     return lg
 

@@ -146,7 +146,8 @@ def test_a_batch_read_has_as_many_input_partitions_as_spark_splits_files(
     url = str(tmp_path / "lake")
     log = txlog.connect(url)
     log.create_topic("w", partitions=8)
-    p = log.producer(transactional_id="w-tx")
+    # An object per partition and transaction (a shared object's slices are never split).
+    p = log.producer(transactional_id="w-tx", **{"batch.objects.shared": False})
     p.init_transactions()
     for _ in range(2):  # 8 partitions x 2 objects of about 1 MB: 16 MB
         p.begin_transaction()

@@ -2,7 +2,8 @@
 return exactly the slices, groups and pruning of the per-object planner
 (read_plan.plan_slices, group_slices, pushdown.prune_by_timestamp), on random logs of
 several partitions: transactions committed, aborted, open, fenced (zombie batches and late
-markers), plain batches, entries of several objects, compacted segments, retention,
+markers), plain batches, entries of several objects, shared objects holding batches of
+several partitions, compacted segments, retention,
 checkpoints at any slot with the tail replayed after them (open transactions decided
 after the checkpoint), and random offset and timestamp bounds."""
 
@@ -69,6 +70,12 @@ class LogMaker:
         self.state.apply(e)
         self.offset += count
 
+    def shared(self, key: str, count: int, nbytes: int, row: int, object_rows: int) -> None:
+        """A batch of a step that wrote several partitions' batches into one object."""
+        pid = self.rng.choice(list(self.epochs))
+        self.add(DATA, count, pid, self.epochs[pid], txn=True, data=key, extra={
+            PARTS: [[key, count, nbytes, 1_500, 1_600, row, object_rows]]})
+
     def step(self) -> None:
         r = self.rng
         pid = r.choice(list(self.epochs))
@@ -132,6 +139,18 @@ class LogMaker:
             "replaces": list(dict.fromkeys(b.data[i:j + 1])), "nbytes": 7_777, "runs": rows})
 
 
+def shared_step(rng: random.Random, makers: list[LogMaker]) -> None:
+    """One object holding batches of several partitions, in ascending partition order."""
+    chosen = sorted(rng.sample(makers, rng.randrange(2, len(makers) + 1)),
+                    key=lambda m: m.partition)
+    counts = [rng.randrange(1, 5) for _ in chosen]
+    key = layout.shared_key(TOPIC, f"{rng.getrandbits(128):032x}.crc32-00000000")
+    nbytes, row = rng.randrange(100, 9_000), 0
+    for m, n in zip(chosen, counts, strict=True):
+        m.shared(key, n, nbytes, row, sum(counts))
+        row += n
+
+
 def loaded(entries: list[Entry], cut: int) -> PartitionState:
     """The state a reader builds: a checkpoint written after ``cut`` entries, decoded, then
     the tail replayed on it."""
@@ -148,11 +167,15 @@ def test_array_plans_equal_per_object_plans() -> None:
     print(f"seed {SEED}")
     rng = random.Random(SEED)
     where = HadoopLocation("file:/lake")
+    shared_read = 0
     for case in range(150):
         makers = [LogMaker(rng, p) for p in range(rng.randrange(1, 4))]
-        for m in makers:
-            for _ in range(rng.randrange(0, 60)):
-                m.step()
+        for _ in range(rng.randrange(0, 60)):
+            if len(makers) > 1 and rng.random() < 0.2:
+                shared_step(rng, makers)
+            for m in makers:
+                if rng.random() < 0.7:
+                    m.step()
         tps = [TopicPartition(TOPIC, m.partition) for m in makers]
         full = {tp: m.state for tp, m in zip(tps, makers, strict=True)}
         read = {tp: loaded(m.entries, rng.randrange(len(m.entries) + 1))
@@ -168,13 +191,15 @@ def test_array_plans_equal_per_object_plans() -> None:
             want = plan_slices(None, full, ranges, iso)  # type: ignore[arg-type]
             got = plan_arrays.partition_slices(read, ranges, iso)
             assert got.file_slices() == want, (case, ranges, iso)
+            shared_read += sum(s.shared for s in want)
             assert got.objects() == len({s.key for s in want})
 
             min_parts = rng.choice([None, 1, 2, 5])
             max_bytes = rng.choice([1, 500, 5_000, 10**9])
             parallelism = rng.choice([None, 1, 3])
             ids = plan_arrays.group_ids(got.nbytes, got.tp, min_partitions=min_parts,
-                                        max_partition_bytes=max_bytes, parallelism=parallelism)
+                                        max_partition_bytes=max_bytes, glued=got.glued(),
+                                        parallelism=parallelism)
             groups = group_slices(want, min_partitions=min_parts,
                                   max_partition_bytes=max_bytes, parallelism=parallelism)
             assert split_groups(got, ids) == groups, (case, min_parts, max_bytes, parallelism)
@@ -186,6 +211,7 @@ def test_array_plans_equal_per_object_plans() -> None:
                 assert plan_arrays.prune_by_timestamp(got, bounds, kafka_shaped=kafka) \
                     .file_slices() == pushdown.prune_by_timestamp(want, full, bounds,
                                                                   kafka_shaped=kafka)
+    assert shared_read > 300, shared_read
 
 
 def _check_plan_table(table: Any, groups: list[list[Any]], where: HadoopLocation) -> None:

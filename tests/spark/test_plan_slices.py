@@ -52,6 +52,7 @@ def state_of(batches: list[tuple[int, int, bool, int]]) -> PartitionState:
         b.append_ms.append(1000 + i)
         b.txn_id.append(None)
         b.row.append(row)
+        b.object_rows.append(0)
         offset += count
         row += count
     st_ = PartitionState(next_slot=len(batches), high_watermark=offset)

@@ -30,12 +30,14 @@ def executed(df: Any) -> str:
 
 
 def build(url: str) -> list[Row]:
-    """Topic "c", two partitions; six transactions of one batch per partition, batch i's
-    records stamped 10_000 * (i + 1) ms; the fourth transaction aborted. Returns the
-    committed (partition, offset, value, timestamp ms) as the consumer reads them."""
+    """Topic "c", two partitions; six transactions of one batch per partition, each batch
+    an object of its own (the tests prune and delete objects by partition; shared objects
+    are tests/spark/test_shared_scan.py's), batch i's records stamped 10_000 * (i + 1) ms;
+    the fourth transaction aborted. Returns the committed (partition, offset, value,
+    timestamp ms) as the consumer reads them."""
     log = txlog.connect(url)
     log.create_topic("c", partitions=2)
-    p = log.producer(transactional_id="c-tx")
+    p = log.producer(transactional_id="c-tx", **{"batch.objects.shared": False})
     p.init_transactions()
     for i in range(6):
         p.begin_transaction()

@@ -29,7 +29,8 @@ def test_failed_poll_does_not_skip_records(tmp_path: object) -> None:
     returned.  Positions now move only when the whole poll succeeds."""
     log, store = _log(tmp_path)
     log.create_topic("t", partitions=2)
-    p = log.producer(transactional_id="tx")
+    # (an object per partition: the fault hits partition 1's fetch, after partition 0's)
+    p = log.producer(transactional_id="tx", **{"batch.objects.shared": False})
     p.init_transactions()
     p.begin_transaction()
     for i in range(3):

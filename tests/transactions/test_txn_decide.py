@@ -362,7 +362,7 @@ def test_only_prepare_commit_carries_copies_and_they_are_checked() -> None:
     import zlib
 
     from txlog.errors import CorruptObjectError
-    from txlog.txn_state import RECORD_VERSION
+    from txlog.txn_state import INLINE_VERSION
 
     data = b"PAR1 object bytes"
     key = f"topics/a/0/data/x.crc32-{zlib.crc32(data):08x}.parquet"
@@ -372,7 +372,7 @@ def test_only_prepare_commit_carries_copies_and_they_are_checked() -> None:
     copies = tuple(sorted((k, base64.b64encode(data).decode()) for k in (key, bad)))
     prep = ONGOING.transition("PrepareCommit", pending=pending, inline=copies)
     d = prep.to_json()
-    assert d["v"] == RECORD_VERSION == 3 and set(d["inline"]) == {key, bad}
+    assert d["v"] == INLINE_VERSION == 3 and set(d["inline"]) == {key, bad}
     assert TxnRecord.from_json(d, "t") == prep
     assert prep.inline_bytes() == {key: data}  # (the other fails its key's checksum)
     done = prep.transition("CompleteCommit", partitions=())

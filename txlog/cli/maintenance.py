@@ -1,5 +1,5 @@
-"""``txlog maintain`` and ``txlog describe``: maintenance of a root, and the root at a
-glance."""
+"""``txlog maintain``, ``txlog describe`` and ``txlog check``: maintenance of a root, the
+root at a glance, and its batch objects checked against their log entries."""
 
 from __future__ import annotations
 
@@ -35,6 +35,9 @@ def cmd_maintain(log: Any, args: argparse.Namespace, out: Out,
         if expired:
             head += (f"\nExpired {len(expired)} idle transactional.id(s): "
                      f"{', '.join(expired)}.")
+        if d["shared_objects_deleted"]:
+            head += (f"\nDeleted {d['shared_objects_deleted']} shared object(s) that every "
+                     "partition holding them had released.")
         active = [r for r in rows if r["retained_from"] is not None or r["compacted_batches"]
                   or r["dropped_aborted_batches"] or r["objects_deleted"]]
         if not active:
@@ -48,10 +51,33 @@ def cmd_maintain(log: Any, args: argparse.Namespace, out: Out,
             f"\n({idle} other partition(s): nothing to do)" if idle else "")
 
     out.emit(d, text)
+    # Left alone on purpose (a shared object whose footer cannot be trusted): not a failure.
+    for warning in report.warnings:
+        sys.stderr.write(f"{PROG}: warning: {warning}\n")
     # One line per failure; everything else was done (and is in the report above).
     for failure in report.failures:
         sys.stderr.write(f"{PROG}: error: {failure}\n")
     return 1 if report.failures else 0
+
+
+def cmd_check(log: Any, args: argparse.Namespace, out: Out,
+              parser: argparse.ArgumentParser) -> int:
+    from txlog.object_check import check_objects
+
+    report = check_objects(log, args.topic or None)
+    d = report.to_json()
+
+    def text() -> str:
+        head = (f"Checked {d['objects']} object(s) ({d['shared_objects']} shared, "
+                f"{fmt_bytes(d['bytes'])}) named by {d['partitions']} partition(s): ")
+        if not d["problems"]:
+            return head + "no problems."
+        return head + f"{len(d['problems'])} problem(s).\n" + render(d["problems"], [
+            ("Topic", "topic"), ("Partition", "partition"), ("Object", "key"),
+            ("Problem", "problem")])
+
+    out.emit(d, text)
+    return 1 if report.problems else 0
 
 
 def cmd_describe(log: Any, args: argparse.Namespace, out: Out,
@@ -109,9 +135,11 @@ def add_commands(subs: Any) -> None:
                    "past their timeout; then per partition apply retention (retention.ms,\n"
                    "retention.bytes), compact committed batches into segments (dropping aborted\n"
                    "data and markers), delete objects whose file.delete.delay.ms has passed, and\n"
-                   "write a checkpoint.  Every step appends to the log, so it is safe to run from\n"
-                   "cron or a scheduled notebook while producers and readers work.  A progress\n"
-                   "bar goes to stderr when it is a terminal (or with --progress).",
+                   "write a checkpoint; then delete the shared objects (several partitions'\n"
+                   "batches in one) that every partition holding them has released.  Every\n"
+                   "step appends to the log, so it is safe to run from cron or a scheduled\n"
+                   "notebook while producers and readers work.  A progress bar goes to stderr\n"
+                   "when it is a terminal (or with --progress).",
                    "txlog maintain\ntxlog maintain --topic orders --no-compact\n"
                    "*/15 * * * * TXLOG_ROOT=s3://bucket/txlog txlog maintain --json >> "
                    "/var/log/txlog.json",
@@ -124,6 +152,18 @@ def add_commands(subs: Any) -> None:
                     help="always show the progress bar")
     pg.add_argument("--no-progress", dest="progress", action="store_false",
                     help="never show it")
+
+    # check
+    p = subcommand(subs, "check", "verify batch objects against the log entries naming them",
+                   "Read every batch object the partitions' logs name (each once) and check it:\n"
+                   "its bytes against the CRC-32 in its name, its Parquet footer, its rows\n"
+                   "against every batch that reads them, and a shared object's txlog.shared\n"
+                   "footer against the partitions naming it.  Exits 1 if any problem is found.\n"
+                   "It reads every object: on a large root, give --topic.",
+                   "txlog check\ntxlog check --topic orders --json",
+                   cmd_check)
+    p.add_argument("--topic", action="append", help="only this topic (repeatable; default: "
+                   "all, internal included)")
 
     # describe
     p = subcommand(subs, "describe", "the root at a glance; --metrics for counters",

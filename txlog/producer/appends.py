@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from txlog import fanout
+from txlog import fanout, layout
 from txlog.crashpoints import crashpoint
 from txlog.errors import (
     ProducerFencedError,
@@ -116,8 +116,7 @@ class Appender(ProducerCore):
         ts_min, ts_max = _given_or_now(ts_min, ts_max, untimed, now)
         if parts is not None:  # each part stamped as a single object is
             num_rows = sum(p[1] for p in parts)
-            parts = [(k, n, nb, *_given_or_now(lo, hi, untimed, now), untimed)
-                     for k, n, nb, lo, hi, untimed in parts]
+            parts = [(*p[:3], *_given_or_now(p[3], p[4], p[5], now), *p[5:]) for p in parts]
         self._register([tp])
         plog = self.log.partition_log(tp)
         if self._reset_pid:
@@ -213,14 +212,13 @@ class Appender(ProducerCore):
         for i, (tp, parts) in enumerate(items):
             try:
                 inline = {w.key: w.inline for _, w in parts if w.inline is not None}
-                if len(parts) == 1:
+                if len(parts) == 1 and not parts[0][1].object_rows:
                     w = parts[0][1]
                     base = self._append_object(tp, w.key, w.rows, w.nbytes, w.ts_min,
                                                w.ts_max, w.untimed, inline=inline)
                 else:
                     base = self._append_object(tp, "", 0, 0, None, None, parts=[
-                        (w.key, w.rows, w.nbytes, w.ts_min, w.ts_max, w.untimed)
-                        for _, w in parts], inline=inline)
+                        w.part(w.ts_min, w.ts_max) for _, w in parts], inline=inline)
             except BaseException as exc:
                 self._fail_batches([b for _, ps in items[i:] for b, _ in ps], exc)
                 # The later partitions' objects: no append named them (this one's may
@@ -241,8 +239,12 @@ class Appender(ProducerCore):
 
     def _discard_keys(self, tps: list[TopicPartition], keys: list[str]) -> None:
         """Delete batch objects that were never made appendable: no log entry names them
-        (none was attempted), so nothing can ever read them.  Best effort."""
+        (none was attempted), so nothing can ever read them.  Best effort.  A shared
+        object is kept: another partition's entry may name it (its appends are per
+        partition), and an orphan costs only space."""
         for tp, key in zip(tps, keys, strict=True):
+            if layout.is_shared(key):
+                continue
             try:
                 self.log.partition_log(tp).store.delete(key)
             except Exception as exc:  # an unreferenced object costs only space

@@ -45,7 +45,7 @@ class State(enum.Enum):
 _PRODUCER_KEYS = {"batch.size", "linger.ms", "buffer.memory", "enable.idempotence",
                   "append.parts", "commit.appends.batches", "transaction.timeout.ms",
                   "retries", "max.request.size", "inline.batch.bytes",
-                  "commit.inline.bytes"}
+                  "commit.inline.bytes", "batch.objects.shared"}
 
 
 #: Why sends fail while close() runs (compared by identity: begin_transaction() refuses too).
@@ -107,6 +107,9 @@ class ProducerCore:
         # write instead of two (state record version 3).
         self.commit_inline_bytes = int(cfg["commit.inline.bytes"]) \
             if self.inline_bytes and self.commit_batches else 0
+        # A step's batches of several partitions of a topic go in one shared object
+        # (entry format version 5; its batches are parts of entries, so needs parts).
+        self.shared_objects = self.append_parts and bool(cfg["batch.objects.shared"])
         # Written batches a step left to the commit queued behind it (see _write_batches).
         self._deferred: list[tuple[list[tuple[TopicPartition, _PendingBatch]],
                                    list[_Written]]] = []

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from concurrent.futures import wait
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -25,9 +25,11 @@ from txlog.inline_copies import ensure_objects
 from txlog.producer.accumulator import Accumulator
 from txlog.producer.sender import STEP_OBJECT_UPLOADS, Uploaded, _Upload, _Written
 from txlog.records import TopicPartition
+from txlog.shared_objects import encode_shared
 
 if TYPE_CHECKING:
     from txlog.producer.accumulator import _PendingBatch
+    from txlog.storage import ObjectStore
     from txlog.txn_state import PendingAppend
 
 _log = logging.getLogger(__name__)
@@ -46,14 +48,27 @@ class InlineCommit(Accumulator):
         """On a writer thread, for a commit's step: encode its objects first and, if
         they are small enough to travel in PrepareCommit, hand them to the committer
         (``step.encoded``) before putting them; then put them (side by side on a remote
-        store)."""
+        store).  A shared object travels as one object (its log entries never carry it)."""
         assert step.encoded is not None
-        encoded: list[tuple[TopicPartition, str, bytes | memoryview]] = []
+        # Each object: the store to put it in, its key and bytes, and per batch in it,
+        # (item index, row, object rows).
+        encoded: list[tuple[ObjectStore, str, bytes | memoryview,
+                            list[tuple[int, int, int]]]] = []
         total, fits = 0, True
         try:
-            for tp, table in items:
-                key, data = self.log.partition_log(tp).encode_object(table)
-                encoded.append((tp, key, data))
+            for unit in self._object_units(items):
+                tp, table = items[unit[0]]
+                store = self.log.partition_log(tp).store
+                if len(unit) == 1:
+                    key, data = self.log.partition_log(tp).encode_object(table)
+                    members = [(unit[0], 0, 0)]
+                else:
+                    key, buf, slices = encode_shared(
+                        tp.topic, [(items[i][0].partition, items[i][1]) for i in unit])
+                    data = memoryview(buf) if store.writes_buffers else buf.to_pybytes()
+                    members = [(i, sl.row, sl.object_rows)
+                               for i, sl in zip(unit, slices, strict=True)]
+                encoded.append((store, key, data, members))
                 total += len(data)
                 if len(data) > self.inline_bytes or total > self.commit_inline_bytes:
                     fits = False
@@ -61,19 +76,21 @@ class InlineCommit(Accumulator):
         except BaseException:
             step.encoded.set_result(None)
             raise
-        written = [
-            _Written(key, len(data), table.num_rows, *batch.ts_range(),
-                     inline=bytes(data) if len(data) <= self.inline_bytes else None)
-            for (_, key, data), (_, table), (_, batch)
-            in zip(encoded, items, step.batches, strict=False)]
-        step.encoded.set_result(written if fits else None)
+        placed: list[_Written | None] = [None] * len(items)
+        for _, key, data, members in encoded:
+            copy = bytes(data) if len(data) <= self.inline_bytes else None
+            for i, row, object_rows in members:
+                placed[i] = _Written(key, len(data), items[i][1].num_rows,
+                                     *step.batches[i][1].ts_range(), inline=copy, row=row,
+                                     object_rows=object_rows)
+        step.encoded.set_result([w for w in placed if w is not None] if fits else None)
         wait_for_decision = fits and crashpoints.armed(AFTER_INLINE_DECISION)
 
-        def put(item: tuple[TopicPartition, str, bytes | memoryview]) -> None:
+        def put(item: tuple[ObjectStore, str, bytes | memoryview, Any]) -> None:
             if wait_for_decision:
                 step.decided.wait()
                 crashpoint(AFTER_INLINE_DECISION)
-            self.log.partition_log(item[0]).store.put_new(item[1], item[2])
+            item[0].put_new(item[1], item[2])
 
         try:
             if len(encoded) < 2 or self.log.store.local_requests:
@@ -90,13 +107,12 @@ class InlineCommit(Accumulator):
         finally:
             encoded.clear()  # (let the bytes go before the rest is written)
             arrow_memory.release()
-        rest = items[len(written):]
+        rest = [i for i, w in enumerate(placed) if w is None]
         if rest:  # (too large to travel: written as any step's objects are)
-            written += [_Written(key, size, t.num_rows, *b.ts_range(), inline=copy)
-                        for (_, t), (_, b), (key, size, copy)
-                        in zip(rest, step.batches[len(written):],
-                               self._write_objects(rest), strict=True)]
-        return written
+            for i, o in zip(rest, self._write_objects([items[i] for i in rest]),
+                            strict=True):
+                placed[i] = o.written(items[i][1], step.batches[i][1])
+        return [w for w in placed if w is not None]  # (every one placed by now)
 
     def _inline_step(self) -> tuple[_Upload, list[_Written]] | None:
         """On the committer, in a commit's step: the step and its objects (not written

@@ -13,10 +13,12 @@ import pyarrow as pa
 
 from txlog import fanout
 from txlog.errors import InvalidTxnStateError, TxlogError
+from txlog.partition_log import Part
 from txlog.producer.appends import Appender
 from txlog.producer.core import State
 from txlog.producer.futures import _resolve
 from txlog.records import TopicPartition
+from txlog.shared_objects import write_shared
 
 if TYPE_CHECKING:
     from txlog.producer.accumulator import _PendingBatch
@@ -40,6 +42,12 @@ MAX_IN_FLIGHT = 3
 #: whose hand-over kept the two writers behind while records were being sent
 #: (measured in docs/benchmarks.md).
 DRAIN_UPLOADS = 4
+
+
+#: The most bytes (as Arrow holds them) of batches one shared object takes: a step's
+#: larger batches of a topic go in several, which upload side by side, as objects of one
+#: partition each did.
+SHARED_OBJECT_BYTES = 16 << 20
 
 
 #: Puts at once of one step's batch objects (one per partition) on a remote store:
@@ -84,6 +92,30 @@ class _Written(NamedTuple):
     untimed: bool
     #: The object's bytes, kept for its log entry to carry (inline.batch.bytes), or None.
     inline: bytes | None = None
+    #: In a shared object (batch.objects.shared): the batch's first row, the object's
+    #: rows; 0 when the object is the batch's own.
+    row: int = 0
+    object_rows: int = 0
+
+    def part(self, ts_min: int | None, ts_max: int | None) -> Part:
+        """The batch as an append's part (partition_log.Part), with these timestamps."""
+        shared = (self.row, self.object_rows) if self.object_rows else ()
+        return (self.key, self.rows, self.nbytes, ts_min, ts_max, self.untimed, *shared)
+
+
+class _Object(NamedTuple):
+    """Where a batch was written: its object, the object's bytes if kept, and its rows
+    in a shared object (0, 0: the object is its own)."""
+
+    key: str
+    nbytes: int
+    copy: bytes | None
+    row: int = 0
+    object_rows: int = 0
+
+    def written(self, table: pa.Table, batch: _PendingBatch) -> _Written:
+        return _Written(self.key, self.nbytes, table.num_rows, *batch.ts_range(),
+                        inline=self.copy, row=self.row, object_rows=self.object_rows)
 
 
 Uploaded = Future[list[_Written]]
@@ -323,8 +355,7 @@ class Sender(Appender):
         items = [(tp, t) for (tp, _), t in zip(batches, tables, strict=True)]
         if step.encoded is not None:
             return self._encode_then_write(step, items)
-        return [_Written(key, size, t.num_rows, *b.ts_range(), inline=copy)
-                for t, (_, b), (key, size, copy)
+        return [o.written(t, b) for t, (_, b), o
                 in zip(tables, batches, self._write_objects(items), strict=True)]
 
     def _write_batches(self, batches: list[tuple[TopicPartition, _PendingBatch]],
@@ -478,22 +509,63 @@ class Sender(Appender):
                            ) -> list[_Written]:
         raise NotImplementedError  # (InlineCommit)
 
-    def _write_objects(self, items: list[tuple[TopicPartition, pa.Table]],
-                       ) -> list[tuple[str, int, bytes | None]]:
-        """Write each table as a batch object (plain puts of unique names), side by side
-        on a remote store: one after another, a commit across P partitions waited for P
-        round trips before its decision."""
-        def put(item: tuple[TopicPartition, pa.Table]) -> tuple[str, int, bytes | None]:
-            # A copy of the bytes is kept only for objects a log entry carries inline.
-            return self.log.partition_log(item[0]).write_object(
-                item[1], copy_up_to=self.inline_bytes)
+    def _object_units(self, items: list[tuple[TopicPartition, pa.Table]]) -> list[list[int]]:
+        """Which of ``items`` go in one object: with batch.objects.shared, a topic's
+        batches of two or more partitions in one shared object (one batch per partition
+        and schema, so each batch's object and partition name it alone; past
+        SHARED_OBJECT_BYTES, in several); the rest (and everything without it) an object
+        each.  Indices ascend in each unit."""
+        if not self.shared_objects or len(items) < 2:
+            return [[i] for i in range(len(items))]
+        by_topic: dict[str, tuple[pa.Schema, dict[int, int]]] = {}
+        for i, (tp, t) in enumerate(items):
+            if not t.num_rows:
+                continue
+            schema, first = by_topic.setdefault(tp.topic, (t.schema, {}))
+            if tp.partition not in first and t.schema.equals(schema):
+                first[tp.partition] = i
+        units: list[list[int]] = []
+        for _, first in by_topic.values():
+            size = 0
+            for _, i in sorted(first.items()):  # in partition order, as the object holds them
+                nbytes = items[i][1].nbytes
+                if not units or size + nbytes > SHARED_OBJECT_BYTES or \
+                        items[units[-1][0]][0].topic != items[i][0].topic:
+                    units.append([])
+                    size = 0
+                units[-1].append(i)
+                size += nbytes
+        shared = [sorted(u) for u in units if len(u) >= 2]
+        grouped = {i for unit in shared for i in unit}
+        return shared + [[i] for i in range(len(items)) if i not in grouped]
 
-        if len(items) < 2 or self.log.store.local_requests:
-            return [put(x) for x in items]
-        lanes = min(len(items), STEP_OBJECT_UPLOADS)
-        # Each lane writes every lanes-th object in turn: at most that many puts at once.
-        got = fanout.fan_out(lambda i: [put(x) for x in items[i::lanes]], range(lanes))
-        out: list[tuple[str, int, bytes | None]] = [("", 0, None)] * len(items)
-        for i, lane in enumerate(got):
-            out[i::lanes] = lane
-        return out
+    def _write_objects(self, items: list[tuple[TopicPartition, pa.Table]],
+                       ) -> list[_Object]:
+        """Write the tables as batch objects (plain puts of unique names; a topic's
+        batches of several partitions in one shared object, see _object_units), side by
+        side on a remote store: one after another, a commit across P partitions waited
+        for P round trips before its decision."""
+        def put(unit: list[int]) -> list[tuple[int, _Object]]:
+            tp, table = items[unit[0]]
+            plog = self.log.partition_log(tp)
+            if len(unit) == 1:
+                # A copy of the bytes is kept only for objects a log entry carries inline.
+                return [(unit[0], _Object(*plog.write_object(
+                    table, copy_up_to=self.inline_bytes)))]
+            slices = write_shared(plog.store, tp.topic,
+                                  [(items[i][0].partition, items[i][1]) for i in unit])
+            return [(i, _Object(s.key, s.nbytes, None, s.row, s.object_rows))
+                    for i, s in zip(unit, slices, strict=True)]
+
+        units = self._object_units(items)
+        if len(units) < 2 or self.log.store.local_requests:
+            got = [put(u) for u in units]
+        else:
+            lanes = min(len(units), STEP_OBJECT_UPLOADS)
+            # Each lane writes every lanes-th object in turn: at most that many at once.
+            got = [x for lane in fanout.fan_out(
+                lambda i: [put(u) for u in units[i::lanes]], range(lanes)) for x in lane]
+        out: dict[int, _Object] = {}
+        for placed in got:
+            out.update(placed)
+        return [out[i] for i in range(len(items))]

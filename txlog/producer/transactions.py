@@ -385,8 +385,7 @@ class TransactionManager(InlineCommit):
                     batch.set_written()
                     continue
                 by_tp.setdefault(tp, []).append(
-                    (w.key, w.rows, w.nbytes, *_given_or_now(w.ts_min, w.ts_max, w.untimed, now),
-                     w.untimed))
+                    w.part(*_given_or_now(w.ts_min, w.ts_max, w.untimed, now)))
                 named.append((tp, batch, w.key))
                 batch.outcome.drive = self._drive_markers
         pending = tuple(PendingAppend(tp.topic, tp.partition,

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import txlog
+from txlog import layout
 from txlog.names import CONSUMER_OFFSETS_TOPIC
 from txlog.records import TopicPartition
 from txlog.resolve import resolve_lso
@@ -306,12 +307,18 @@ class _Run:
                 break
             time.sleep(0.1)  # polling interval of a bounded wait for timeouts to expire
         rec.complete(oid, "final_state", "ok", {"partitions": parts, "rounds": rounds})
+        # How much of the history went through shared batch objects (batch.objects.shared).
+        shared_objects = sum(1 for t in TOPICS for k in log.store.list(layout.shared_prefix(t))
+                             if layout.is_shared(k))
+        shared_batches = sum(1 for tp in tps for k in log.partition_log(tp).refresh().batches.data
+                             if layout.is_shared(k))
         for isolation in ("read_committed", "read_uncommitted"):
             oid = rec.invoke("final_read", {"isolation": isolation})
             records = read_all(log, tps, isolation) + read_offsets(log, otps, isolation)
             rec.complete(oid, "final_read", "ok", {"records": records})
         rec.close()
-        return {"settle_rounds": rounds}
+        return {"settle_rounds": rounds, "shared_objects": shared_objects,
+                "shared_batches": shared_batches}
 
     def injected(self) -> dict[str, int]:
         total: dict[str, int] = {}

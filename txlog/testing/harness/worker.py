@@ -159,7 +159,6 @@ class Worker:
     def new_producer(self, txn_id: str) -> Any:
         """A new instance of ``txn_id`` after init_transactions(), or None if that failed."""
         oid = self.rec.invoke("init", {"txn_id": txn_id})
-        p = None
         try:
             # Shares of instances take each older format or commit path (a long linger
             # leaves the last batches to the commit to carry): all meet in a log.
@@ -168,6 +167,7 @@ class Worker:
                     self.spec.get("v2_commit_rate", 0.25)),
                 "inline.batch.bytes": 0 if self.rng.random() < 0.25 else 16_384,
                 "commit.inline.bytes": 0 if self.rng.random() < 0.3 else 65_536,
+                "batch.objects.shared": self.rng.random() >= 0.25,
                 "linger.ms": 5 if self.rng.random() < 0.5 else 30_000})
             p.init_transactions()
         except Exception as exc:
