@@ -17,6 +17,7 @@ import txlog
 from txlog import TopicPartition, batch_codec, inline_copies
 from txlog.maintenance import compact_partition
 from txlog.partition_state import COMMITTED, ReadSpan
+from txlog.testing.timeline import TimelineStore
 
 PARTITIONS = 8
 SEED = 3232
@@ -109,13 +110,24 @@ def test_a_consumer_of_one_partition_decodes_only_its_rows_of_a_shared_object(
         assert decoded.rows - before == 50, q
 
 
-def test_a_poll_over_all_partitions_decodes_each_row_of_a_shared_object_once(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("remote", [False, True], ids=["local", "remote-like"])
+def test_a_poll_over_all_partitions_fetches_a_shared_object_once_and_decodes_each_row_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, remote: bool) -> None:
     url = _names_topic(tmp_path, partitions=PARTITIONS, rows=50)
+    reader = txlog.connect(url)
+    timeline = TimelineStore(reader.store)
+    timeline.local_requests = not remote  # remote: objects fetched side by side
+    reader.store = timeline
     decoded = DecodedRows(monkeypatch)
-    got = _read_all(url, list(range(PARTITIONS)))
-    assert got == {q: [f"{q}" * 1000] * 50 for q in range(PARTITIONS)}
+    c = reader.consumer(auto_offset_reset="earliest")
+    c.assign([TopicPartition("t", q) for q in range(PARTITIONS)])
+    t = c.poll_arrow(timeout_ms=0)
+    assert t.num_rows == 50 * PARTITIONS
+    assert sorted(set(zip(t.column("partition").to_pylist(), t.column("name").to_pylist(),
+                          strict=True))) == [(q, f"{q}" * 1000) for q in range(PARTITIONS)]
     assert decoded.rows == 50 * PARTITIONS
+    gets = [r.key for r in timeline.requests() if r.kind == "get" and "/_shared/" in r.key]
+    assert len(gets) == 1
 
 
 def test_compaction_of_a_partition_in_shared_objects_decodes_only_its_rows(
