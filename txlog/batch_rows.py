@@ -156,12 +156,15 @@ class BatchRows:
 
     def rows(self, skip: int, take: int) -> Iterator[pa.Table]:
         """Rows ``[skip, skip + take)`` in pieces of about ``piece_bytes`` decoded bytes
-        each (a row too large for one is a piece of its own), in order."""
+        each (a row too large for one is a piece of its own), in order.  What the pieces
+        of one range expand into counts against the object's limit, as a batch of its own
+        would (the ranges of a shared object are other partitions' batches)."""
         end = skip + take
         if take <= 0:
             return
         if not self._checked:
             self._check_whole()
+        self._expanded = 0
         if skip < 0 or end > self.num_rows:
             raise ValueError(f"rows {skip}..{end - 1} are not in {self._where} "
                              f"({self.num_rows} rows)")

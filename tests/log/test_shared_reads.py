@@ -15,8 +15,11 @@ import pytest
 
 import txlog
 from txlog import TopicPartition, batch_codec, inline_copies
+from txlog.batch_rows import BatchRows
+from txlog.errors import RecordTooLargeError
 from txlog.maintenance import compact_partition
 from txlog.partition_state import COMMITTED, ReadSpan
+from txlog.shared_objects import encode_shared
 from txlog.testing.timeline import TimelineStore
 
 PARTITIONS = 8
@@ -208,3 +211,19 @@ def test_a_segments_run_decodes_only_the_row_groups_that_cover_it(
     assert [t.column("name")[0].as_py() for t in tables] == [f"{k:03}" * 100
                                                              for k in range(12)]
     assert decoded.rows - before == starts[-1]
+
+
+def test_the_piecewise_reader_reads_each_partitions_batch_of_a_shared_object_under_the_limit(
+        ) -> None:
+    """The Python data source reads a shared object's slices from one BatchRows, a range at
+    a time: each range's decode counts against the limit, not the object's so far."""
+    batches = [(q, pa.table({"name": [f"{q}" * 1000] * 600}, schema=NAMES)) for q in range(4)]
+    key, buf, slices = encode_shared("t", batches)
+    rows = BatchRows(buf.to_pybytes(), key, None, piece_bytes=MIB, fetch_max_bytes=MIB)
+    for s in slices:
+        got = pa.concat_tables(rows.rows(s.row, s.count))
+        assert got.column("name").to_pylist() == [f"{s.partition}" * 1000] * 600
+    # A range that decodes past the limit alone is still refused.
+    rows = BatchRows(buf.to_pybytes(), key, None, piece_bytes=MIB, fetch_max_bytes=MIB)
+    with pytest.raises(RecordTooLargeError, match=r"fetch\.max\.bytes"):
+        list(rows.rows(0, 2400))
