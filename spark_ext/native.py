@@ -312,13 +312,15 @@ def _data_columns(shape: OutputShape) -> str:
 
 def one_slice_per_file(slices: list[FileSlice]) -> dict[str, FileSlice] | None:
     """One slice per file, adjacent runs of a compacted segment that share a base merged;
-    None when some file still needs two (rows between them are not to be read)."""
+    None when some file still needs two (rows between them are not to be read, or a
+    shared object's rows of several partitions)."""
     by_key: dict[str, FileSlice] = {}
     for s in sorted(slices, key=lambda s: (s.key, s.skip)):
         prev = by_key.get(s.key)
         if prev is None:
             by_key[s.key] = s
-        elif prev.base_offset == s.base_offset and prev.skip + prev.take == s.skip:
+        elif (prev.base_offset == s.base_offset and prev.skip + prev.take == s.skip
+              and (prev.topic, prev.partition) == (s.topic, s.partition)):
             by_key[s.key] = prev._replace(take=prev.take + s.take, nbytes=prev.nbytes + s.nbytes)
         else:
             return None

@@ -304,3 +304,30 @@ def test_a_partitions_purge_never_deletes_a_shared_object_another_partition_read
     assert lg.store.list("topics/t/_shared/") == [shared]
     assert [r.value for r in _read(lg, 0, "read_committed")] == [b"a0", b"b0"]
     assert [r.value for r in _read(lg, 1, "read_committed")] == [b"a1"]
+
+
+def test_a_step_larger_than_a_shared_object_writes_several(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past SHARED_OBJECT_BYTES a topic's batches of one step go in several shared
+    objects (each of several partitions, in partition order), which upload side by side
+    as an object per partition did; every partition still reads exactly its records."""
+    from txlog.producer import sender
+
+    lg, timeline = _log(tmp_path, remote=True)
+    monkeypatch.setattr(sender, "SHARED_OBJECT_BYTES", 2500)  # two of the batches below
+    rng = random.Random(SEED + 6)
+    print(f"seed {SEED + 6}")
+    want = {q: [rng.randbytes(1000)] for q in range(PARTITIONS)}
+    p = lg.producer(transactional_id="tx", linger_ms=600_000)
+    p.init_transactions()
+    p.begin_transaction()
+    for q, vs in want.items():
+        p.send("t", vs[0], partition=q)
+    p.commit_transaction()
+    p.close()
+    puts = _object_puts(timeline)
+    assert puts["data"] == [] and len(puts["shared"]) == PARTITIONS // 2
+    # (row, object_rows) of each partition's batch: the first or second of an object of 2
+    rows = sorted(tuple(_entries(lg, q)[-1]["extra"]["parts"][0][5:]) for q in range(PARTITIONS))
+    assert rows == [(0, 2)] * 4 + [(1, 2)] * 4
+    _check_each_partition(lg, want, committed=True)

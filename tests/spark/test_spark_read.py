@@ -612,10 +612,11 @@ def test_spark_hash_is_the_one_the_perfect_hash_replicates(spark: Any) -> None:
 
 
 def _many_batches(url: str) -> list[Row]:
-    """Three partitions, one batch per partition per transaction, a quarter aborted."""
+    """Three partitions, one batch per partition per transaction, each an object of its
+    own (a shared object's slices take the join), a quarter aborted."""
     log = txlog.connect(url)
     log.create_topic("m", partitions=3)
-    p = log.producer(transactional_id="m-tx")
+    p = log.producer(transactional_id="m-tx", **{"batch.objects.shared": False})
     p.init_transactions()
     for i in range(12):
         p.begin_transaction()

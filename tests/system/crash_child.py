@@ -2,7 +2,8 @@
 
 argv: root, transactional_id, transactions, timeout_ms[, "old": commit.appends.batches
 off; "plain": commit.inline.bytes 0, so the decision waits for the uploads; "new": the
-defaults].  Each transaction n writes
+defaults][, "own": batch.objects.shared off, an object per partition; "shared": on, the
+default].  Each transaction n writes
 "n:<topic>:<partition>" to every partition of topics a (3) and b (2) and commits offsets.
 """
 
@@ -18,9 +19,11 @@ def main() -> None:
     root, txn_id, count, timeout = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     log = txlog.connect(root)
     mode = sys.argv[5] if len(sys.argv) > 5 else "new"
+    shared = (sys.argv[6] if len(sys.argv) > 6 else "shared") == "shared"
     p = log.producer(transactional_id=txn_id, transaction_timeout_ms=timeout, linger_ms=10_000,
                      **{"commit.appends.batches": mode != "old",
-                        "commit.inline.bytes": 0 if mode == "plain" else 65_536})
+                        "commit.inline.bytes": 0 if mode == "plain" else 65_536,
+                        "batch.objects.shared": shared})
     p.init_transactions()
     for n in range(count):
         p.begin_transaction()

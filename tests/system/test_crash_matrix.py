@@ -37,11 +37,11 @@ POINTS = [
 # The same with commit.appends.batches=false (format version 2): 6 appends, no BEGIN.
 OLD_POINTS = [("after_data_append", 7), ("after_data_append", 10), ("after_data_append", 12),
               ("after_prepare", 2), ("after_marker", 9)]
-# A commit decided beside its uploads (commit.inline.bytes): per transaction 1
-# AddPartitions (the offsets partition; the 5 data partitions are registered by the
-# PrepareCommit itself), 1 append (the offsets), 1 PrepareCommit, no BEGIN entry, 5
+# A commit decided beside its uploads (commit.inline.bytes), an object per partition: per
+# transaction 1 AddPartitions (the offsets partition; the 5 data partitions are registered
+# by the PrepareCommit itself), 1 append (the offsets), 1 PrepareCommit, no BEGIN entry, 5
 # uploads (armed, they wait for the decision: after_inline_decision is hit before each),
-# 6 markers, 1 Complete.
+# 6 markers, 1 Complete.  With shared objects, 2 uploads (one per topic).
 INLINE_POINTS = [
     ("after_add_partitions", 2), ("after_data_append", 2), ("after_decision", 2),
     ("after_inline_decision", 6), ("after_inline_decision", 8),
@@ -54,16 +54,17 @@ TOPICS = {"a": 3, "b": 2}
 
 
 def run_child(root: str, crash: str | None, timeout_ms: int, count: int = 3,
-              old: bool = False, mode: str = "plain") -> int:
+              old: bool = False, mode: str = "plain", shared: bool = True) -> int:
     """Run crash_child.py; ``mode`` "plain" (the default here: the decision waits for
     the uploads, as the points above count) or "new" (a commit decided beside its
-    uploads, INLINE_POINTS)."""
+    uploads, INLINE_POINTS); ``shared``: a topic's batches of a step in one shared
+    object (the default), else an object per partition."""
     env = dict(os.environ)
     env.pop("TXLOG_CRASH_AT", None)
     if crash:
         env["TXLOG_CRASH_AT"] = crash
     proc = subprocess.run([sys.executable, CHILD, root, "tx", str(count), str(timeout_ms),
-                           "old" if old else mode],
+                           "old" if old else mode, "shared" if shared else "own"],
                           env=env, capture_output=True, timeout=120)
     return proc.returncode
 
@@ -241,7 +242,8 @@ def test_only_the_committing_producers_markers_carry_copies(tmp_path: Path) -> N
     log = txlog.connect(root)
     for t, n in TOPICS.items():
         log.create_topic(t, partitions=n)
-    assert run_child(root, "after_marker:9", timeout_ms=3000) == -9
+    # (an object per partition: entries never carry copies of a shared object)
+    assert run_child(root, "after_marker:9", timeout_ms=3000, shared=False) == -9
     deadline = time.monotonic() + 90
     reader = txlog.connect(root).consumer()
     tps = [TopicPartition(t, p) for t, n in TOPICS.items() for p in range(n)]
@@ -263,12 +265,13 @@ def test_only_the_committing_producers_markers_carry_copies(tmp_path: Path) -> N
     assert sorted(second) == [False, False, False, True, True]  # 2 before the kill
 
 
-def _killed_inline(tmp_path: Path, point: str, hit: int, timeout_ms: int = 60_000) -> str:
+def _killed_inline(tmp_path: Path, point: str, hit: int, timeout_ms: int = 60_000,
+                   shared: bool = False) -> str:
     root = str(tmp_path)
     log = txlog.connect(root)
     for t, n in TOPICS.items():
         log.create_topic(t, partitions=n)
-    rc = run_child(root, f"{point}:{hit}", timeout_ms=timeout_ms, mode="new")
+    rc = run_child(root, f"{point}:{hit}", timeout_ms=timeout_ms, mode="new", shared=shared)
     assert rc == -9, f"child was not killed at {point}:{hit} (rc={rc})"
     return root
 
@@ -352,3 +355,31 @@ def test_a_damaged_copy_of_a_missing_object_stops_the_roll_forward(
     assert all(b != victim for b in st.batches.data)
     assert not log.store.exists(victim)
     assert dict(visible_by_txn(txlog.connect(root))) == before
+
+
+@pytest.mark.parametrize("hit", [3, 4])
+def test_inline_commit_of_shared_objects_crash_before_uploads_then_recovers(
+        tmp_path: Path, hit: int) -> None:
+    """A commit decided beside the uploads of its two shared objects (topics a and b),
+    killed before one or both: its PrepareCommit carries their copies, and `txlog
+    maintain` writes them, then the markers naming each partition's rows; the
+    transaction is visible on all five partitions exactly once."""
+    root = _killed_inline(tmp_path, "after_inline_decision", hit, shared=True)
+    rec = txlog.connect(root).coordinator.record("tx")
+    assert rec is not None and len(rec.inline) == 2
+    assert all("/_shared/" in k for k, _ in rec.inline)
+    assert _objects_missing(root) == 2 - (hit - 3)
+    assert set(assert_atomic_and_unstuck(txlog.connect(root))) == {0}  # not yet visible
+    assert txlog.connect(root).coordinator.sweep() == ["tx"]
+    assert _objects_missing(root) == 0
+    assert set(assert_atomic_and_unstuck(txlog.connect(root))) == {0, 1}
+
+
+def test_inline_commit_of_shared_objects_crash_then_a_reader_recovers(
+        tmp_path: Path) -> None:
+    root = _killed_inline(tmp_path, "after_inline_decision", 3, shared=True)
+    assert _objects_missing(root) == 2
+    committed = txlog.connect(root).consumer(group_id="g").committed([TopicPartition("a", 0)])
+    assert committed[TopicPartition("a", 0)] == 2  # the second transaction's offsets
+    assert _objects_missing(root) == 0
+    assert set(assert_atomic_and_unstuck(txlog.connect(root))) == {0, 1}

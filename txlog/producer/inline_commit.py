@@ -83,7 +83,7 @@ class InlineCommit(Accumulator):
                 placed[i] = _Written(key, len(data), items[i][1].num_rows,
                                      *step.batches[i][1].ts_range(), inline=copy, row=row,
                                      object_rows=object_rows)
-        step.encoded.set_result(placed if fits else None)  # type: ignore[arg-type]
+        step.encoded.set_result([w for w in placed if w is not None] if fits else None)
         wait_for_decision = fits and crashpoints.armed(AFTER_INLINE_DECISION)
 
         def put(item: tuple[ObjectStore, str, bytes | memoryview, Any]) -> None:
@@ -112,7 +112,7 @@ class InlineCommit(Accumulator):
             for i, o in zip(rest, self._write_objects([items[i] for i in rest]),
                             strict=True):
                 placed[i] = o.written(items[i][1], step.batches[i][1])
-        return placed  # type: ignore[return-value]
+        return [w for w in placed if w is not None]  # (every one placed by now)
 
     def _inline_step(self) -> tuple[_Upload, list[_Written]] | None:
         """On the committer, in a commit's step: the step and its objects (not written

@@ -44,6 +44,12 @@ MAX_IN_FLIGHT = 3
 DRAIN_UPLOADS = 4
 
 
+#: The most bytes (as Arrow holds them) of batches one shared object takes: a step's
+#: larger batches of a topic go in several, which upload side by side, as objects of one
+#: partition each did.
+SHARED_OBJECT_BYTES = 16 << 20
+
+
 #: Puts at once of one step's batch objects (one per partition) on a remote store:
 #: a request there costs tens of milliseconds, almost all of it waiting.
 STEP_OBJECT_UPLOADS = 16
@@ -506,17 +512,30 @@ class Sender(Appender):
     def _object_units(self, items: list[tuple[TopicPartition, pa.Table]]) -> list[list[int]]:
         """Which of ``items`` go in one object: with batch.objects.shared, a topic's
         batches of two or more partitions in one shared object (one batch per partition
-        and schema, so each batch's object and partition name it alone); the rest
-        (and everything without it) an object each.  Indices ascend in each unit."""
+        and schema, so each batch's object and partition name it alone; past
+        SHARED_OBJECT_BYTES, in several); the rest (and everything without it) an object
+        each.  Indices ascend in each unit."""
         if not self.shared_objects or len(items) < 2:
             return [[i] for i in range(len(items))]
-        by_topic: dict[str, dict[int, int]] = {}
+        by_topic: dict[str, tuple[pa.Schema, dict[int, int]]] = {}
         for i, (tp, t) in enumerate(items):
-            first = by_topic.setdefault(tp.topic, {})
-            if t.num_rows and tp.partition not in first and (
-                    not first or t.schema.equals(items[next(iter(first.values()))][1].schema)):
+            if not t.num_rows:
+                continue
+            schema, first = by_topic.setdefault(tp.topic, (t.schema, {}))
+            if tp.partition not in first and t.schema.equals(schema):
                 first[tp.partition] = i
-        shared = [sorted(m.values()) for m in by_topic.values() if len(m) >= 2]
+        units: list[list[int]] = []
+        for _, first in by_topic.values():
+            size = 0
+            for _, i in sorted(first.items()):  # in partition order, as the object holds them
+                nbytes = items[i][1].nbytes
+                if not units or size + nbytes > SHARED_OBJECT_BYTES or \
+                        items[units[-1][0]][0].topic != items[i][0].topic:
+                    units.append([])
+                    size = 0
+                units[-1].append(i)
+                size += nbytes
+        shared = [sorted(u) for u in units if len(u) >= 2]
         grouped = {i for unit in shared for i in unit}
         return shared + [[i] for i in range(len(items)) if i not in grouped]
 
@@ -546,9 +565,7 @@ class Sender(Appender):
             # Each lane writes every lanes-th object in turn: at most that many at once.
             got = [x for lane in fanout.fan_out(
                 lambda i: [put(u) for u in units[i::lanes]], range(lanes)) for x in lane]
-        out: list[_Object | None] = [None] * len(items)
+        out: dict[int, _Object] = {}
         for placed in got:
-            for i, o in placed:
-                out[i] = o
-        assert all(o is not None for o in out)
-        return out  # type: ignore[return-value]
+            out.update(placed)
+        return [out[i] for i in range(len(items))]
