@@ -11,7 +11,8 @@ checks of :func:`txlog.batch_codec.open_parquet` hold as for a whole decode.
 A log reader wants a batch's rows of an object that may hold more: a partition's batch
 in a shared object, or runs of a compacted segment.  :meth:`BatchRows.read` decodes the
 row groups that cover the rows asked for, once each, and makes those checks of them
-alone, so a partition's batch in a shared object reads as if it had its own object.
+alone, so a partition's batch in a shared object decodes within the limits whenever it
+would in an object of its own.
 """
 
 from __future__ import annotations
