@@ -69,13 +69,24 @@ def row_group_rows(table: pa.Table) -> int:
 def decode_parquet(raw: bytes, where: str, columns: Sequence[str] | None = None, *,
                    fetch_max_bytes: int = DEFAULT_FETCH_MAX_BYTES) -> pa.Table:
     pf, bound, limit = open_parquet(raw, where, fetch_max_bytes=fetch_max_bytes)
+    return decode_row_groups(raw, pf, bound, limit, where, columns)
+
+
+def decode_row_groups(raw: bytes, pf: pq.ParquetFile, bound: ExpansionBound, limit: int,
+                      where: str, columns: Sequence[str] | None,
+                      row_groups: Sequence[int] | None = None) -> pa.Table:
+    """Row groups ``row_groups`` (default: all) of ``raw`` opened as ``pf``, decoded within
+    ``limit``, where ``bound`` is what :func:`checked_bound` says of those row groups."""
     cols = list(columns) if columns else None
     try:
         # One thread: the columns of one object are small, and decoding them on Arrow's
         # thread pool left each of its threads' allocator caches holding freed memory.
         if bound.potential <= limit:
-            return pf.read(columns=cols, use_threads=False)
-        return _read_expanding(raw, pf, bound.dictionary_columns, cols, where, limit)
+            if row_groups is None:
+                return pf.read(columns=cols, use_threads=False)
+            return pf.read_row_groups(list(row_groups), columns=cols, use_threads=False)
+        return _read_expanding(raw, pf, bound.dictionary_columns, cols, where, limit,
+                               row_groups)
     except RecordTooLargeError:
         raise
     except Exception as exc:  # pyarrow raises several types for damaged input
@@ -94,22 +105,38 @@ def open_parquet(raw: bytes, where: str, *, fetch_max_bytes: int = DEFAULT_FETCH
     """``raw`` opened as Parquet (its footer parsed, nothing decoded), what its metadata
     bounds its decoded size by, and the most it may decode into; an object whose pages or
     values declare more than that is refused here."""
+    pf = parse_parquet(raw, where)
+    bound = checked_bound(raw, pf, where, fetch_max_bytes=fetch_max_bytes)
+    return pf, bound, decoded_limit(len(raw), fetch_max_bytes)
+
+
+def parse_parquet(raw: bytes, where: str) -> pq.ParquetFile:
+    """``raw`` opened as Parquet: its footer parsed, nothing decoded or checked."""
     # ParquetFile, not read_table: read_table builds a dataset per call, which doubled
     # the time to decode a batch object.
     try:
         # The object is in memory already: nothing to read ahead.
-        pf = pq.ParquetFile(pa.BufferReader(raw), pre_buffer=False)
-        bound = parquet_expansion_bound(raw, pf.metadata, pf.schema)
+        return pq.ParquetFile(pa.BufferReader(raw), pre_buffer=False)
+    except Exception as exc:  # pyarrow raises several types for damaged input
+        raise corrupt(where, exc) from None
+
+
+def checked_bound(raw: bytes, pf: pq.ParquetFile, where: str, *,
+                  fetch_max_bytes: int = DEFAULT_FETCH_MAX_BYTES,
+                  row_groups: Sequence[int] | None = None) -> ExpansionBound:
+    """What decoding row groups ``row_groups`` (default: all) of ``raw`` is bounded by,
+    refused if their pages or values declare more than the object may decode into."""
+    try:
+        bound = parquet_expansion_bound(raw, pf.metadata, pf.schema, row_groups)
     except Exception as exc:  # pyarrow raises several types for damaged input
         raise corrupt(where, exc) from None
     # Before decoding: the footer's and pages' sizes say what decompression would allocate.
     check_declared_size(bound.declared, len(raw), where, fetch_max_bytes=fetch_max_bytes)
-    limit = decoded_limit(len(raw), fetch_max_bytes)
     # Run-length and dictionary encoding expand past what the pages declare: the values
-    # alone, or (below) the dictionaries' entries, must fit the same limit.
+    # alone, or (while decoding) the dictionaries' entries, must fit the same limit.
     check_declared_size(bound.fixed, len(raw), where, fetch_max_bytes=fetch_max_bytes,
                         what="batch object (its values)")
-    return pf, bound, limit
+    return bound
 
 
 def too_large(where: str, size: int, stored: int) -> RecordTooLargeError:
@@ -122,17 +149,20 @@ def too_large(where: str, size: int, stored: int) -> RecordTooLargeError:
 
 
 def _read_expanding(raw: bytes, pf: pq.ParquetFile, dictionary_columns: Sequence[str],
-                    columns: list[str] | None, where: str, limit: int) -> pa.Table:
-    """Read ``raw`` whose dictionaries could expand past ``limit``: decoded as dictionaries
-    first (no bigger than its pages), measured, and expanded only if that fits."""
+                    columns: list[str] | None, where: str, limit: int,
+                    row_groups: Sequence[int] | None) -> pa.Table:
+    """Read ``raw`` (row groups ``row_groups``, default all) whose dictionaries could
+    expand past ``limit``: decoded as dictionaries first (no bigger than its pages),
+    measured, and expanded only if that fits."""
     compact = pq.ParquetFile(pa.BufferReader(raw), metadata=pf.metadata, pre_buffer=False,
                              read_dictionary=list(dictionary_columns))
-    groups = compact.metadata.num_row_groups
+    whole = row_groups is None and compact.metadata.num_row_groups == 1
+    groups = range(compact.metadata.num_row_groups) if row_groups is None else row_groups
     # Row group by row group: a nested column read as dictionaries cannot span several.
     parts = []
     size = 0
-    for i in range(groups):
-        part = compact.read(columns=columns, use_threads=False) if groups == 1 else \
+    for i in groups:
+        part = compact.read(columns=columns, use_threads=False) if whole else \
             compact.read_row_group(i, columns=columns, use_threads=False)
         size += decoded_size(part)
         if size > limit:
@@ -140,7 +170,7 @@ def _read_expanding(raw: bytes, pf: pq.ParquetFile, dictionary_columns: Sequence
         parts.append(part)
     plain = pf.schema_arrow
     if not parts:
-        return pf.read(columns=columns, use_threads=False)
+        return pf.read_row_groups(list(groups), columns=columns, use_threads=False)
     schema = pa.schema([plain.field(n) for n in parts[0].column_names])
     if len(parts) == 1:
         return parts[0].cast(schema)

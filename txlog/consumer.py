@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from txlog.batch_rows import BatchRows, held_bytes
 from txlog.config import coerce, normalize_key
 from txlog.errors import (
     ConfigError,
@@ -64,18 +65,6 @@ def _stored_bytes(st: PartitionState, span: ReadSpan) -> int:
         return 0
     own = share(b.nbytes[i], b.count[i], b.object_rows[i])
     return own * span.take // b.count[i]
-
-
-def _decoded_bytes(tables: list[pa.Table]) -> int:
-    """The bytes of the decoded objects ``tables`` are slices of (each counted once)."""
-    seen: dict[int, int] = {}
-    for t in tables:
-        for col in t.columns:
-            for chunk in col.chunks:
-                for buf in chunk.buffers():
-                    if buf is not None:
-                        seen[buf.address] = max(seen.get(buf.address, 0), buf.size)
-    return sum(seen.values())
 
 
 class Consumer:
@@ -305,8 +294,8 @@ class Consumer:
         # The same limit on the decoded tables: records that compress well decode to
         # many times their stored size (at least one object is decoded per poll).
         decoded_room = self.fetch_max_bytes
-        # Shared objects decoded this round: the other partitions in them read them here.
-        kept: dict[str, pa.Table] = {}
+        # Shared objects fetched this round: the other partitions in them read them here.
+        kept: dict[str, BatchRows] = {}
         for i in range(n):
             if budget <= 0 or room <= 0 or decoded_room <= 0:
                 break
@@ -350,7 +339,7 @@ class Consumer:
                 total = sum(s.take for s in take)
                 size = sum(_stored_bytes(st, s) for s in take)
             room -= size
-            decoded_room -= _decoded_bytes(tables)
+            decoded_room -= held_bytes(tables)
             kafka = self.log.topic(tp.topic).kafka_shaped
             meta, row = [], 0
             pieces, offsets = [], []

@@ -9,6 +9,7 @@ decompressed.
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -124,13 +125,16 @@ class ExpansionBound:
     declared: int
 
 
-def parquet_expansion_bound(raw: bytes, meta: Any, schema: Any) -> ExpansionBound:
+def parquet_expansion_bound(raw: bytes, meta: Any, schema: Any,
+                            row_groups: Sequence[int] | None = None) -> ExpansionBound:
     """Bound what decoding ``raw`` (footer ``meta``, Parquet ``schema``) allocates, from
     its metadata and page headers only: run-length and dictionary encoding let a few
-    bytes of pages stand for any number of values, each as large as a dictionary entry."""
+    bytes of pages stand for any number of values, each as large as a dictionary entry.
+    ``row_groups``: bound decoding those row groups only (default: all)."""
+    groups = range(meta.num_row_groups) if row_groups is None else row_groups
     fixed = potential = page_total = 0
     dictionary: list[str] = []
-    for i in range(meta.num_row_groups):
+    for i in groups:
         rg = meta.row_group(i)
         for j in range(rg.num_columns):
             c = rg.column(j)
@@ -148,7 +152,7 @@ def parquet_expansion_bound(raw: bytes, meta: Any, schema: Any) -> ExpansionBoun
                 potential += values * dict_page
                 if c.physical_type == "BYTE_ARRAY":
                     dictionary.append(c.path_in_schema)
-    footer = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+    footer = sum(meta.row_group(i).total_byte_size for i in groups)
     return ExpansionBound(fixed, potential, tuple(dict.fromkeys(dictionary)),
                           max(footer, page_total))
 

@@ -14,6 +14,8 @@ import bisect
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
+from txlog.model import share
+
 if TYPE_CHECKING:
     from txlog.partition_state import PartitionState, ReadSpan
 
@@ -21,19 +23,21 @@ T = TypeVar("T")
 
 def stored_sizes(state: PartitionState | None, spans: Sequence[ReadSpan],
                  keys: Sequence[str]) -> list[int]:
-    """The stored size of each object of ``keys`` as ``state`` records it (0: not known;
-    a compacted segment's size is on the batch of its first run, a shared object's on
-    each of its batches)."""
+    """The stored bytes of each object of ``keys`` that a read of ``spans`` decodes, as
+    ``state`` records them (0: not known): an object's size, a compacted segment's on
+    the batch of its first run, and of a shared object the share of its batches read
+    (the rest of it is fetched but not decoded)."""
     sizes = dict.fromkeys(keys, 0)
     if state is not None:
         b = state.batches
-        base, data, nbytes, n = b.base_offset, b.data, b.nbytes, len(b)
+        base, data, n = b.base_offset, b.data, len(b)
         for s in spans:
             if s.data not in sizes:
-                continue  # (not to be fetched: a shared object decoded already)
+                continue
             i = bisect.bisect_left(base, s.base_offset)
             if i < n and base[i] == s.base_offset and data[i] == s.data:
-                sizes[s.data] = max(sizes[s.data], int(nbytes[i]))
+                sizes[s.data] += share(int(b.nbytes[i]), int(b.count[i]),
+                                       int(b.object_rows[i]))
     return [sizes.get(k, 0) for k in keys]
 
 
@@ -81,7 +85,8 @@ def read_within(keys: Sequence[str], sizes: Sequence[int], *, max_decoded: int,
             if out and decoded >= max_decoded:
                 break  # (only where an object decoded into more than its window allowed)
             raw, raws[j] = raws[j], b""  # each object's bytes let go once it is decoded
-            stored = len(raw)
+            # (what the decoded rows take stored, where known: a shared object's share)
+            stored = sizes[i + j] or len(raw)
             table = decode(key, raw)
             del raw
             size = decoded_size(table)

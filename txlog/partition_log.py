@@ -27,7 +27,8 @@ from txlog import (
     inline_copies,
     layout,
 )
-from txlog.batch_codec import decode_parquet, encode_parquet_buffer
+from txlog.batch_codec import encode_parquet_buffer
+from txlog.batch_rows import BatchRows, held_bytes
 from txlog.checkpoint import decode_checkpoint, encode_checkpoint
 from txlog.declared_size import (
     DEFAULT_FETCH_MAX_BYTES,
@@ -463,74 +464,88 @@ class PartitionLog:
 
     def read_spans(self, spans: Sequence[ReadSpan], columns: Sequence[str] | None = None,
                    *, max_decoded: int | None = None,
-                   kept: dict[str, pa.Table] | None = None) -> list[pa.Table]:
+                   kept: dict[str, BatchRows] | None = None) -> list[pa.Table]:
         """The rows of each span, trimmed to its offsets, in order.  Each object is read
-        once even when several spans (runs of a compacted segment) point into it.
+        once even when several spans (runs of a compacted segment) point into it, and
+        only the row groups that hold the spans' batches are decoded (an object may hold
+        other batches: other partitions' in a shared object, other runs in a segment).
 
         ``max_decoded``: decode objects in order only until their decoded tables hold
         that many bytes (at least one object), and return the tables of the spans read
         so far, a prefix of ``spans``: a budget on stored sizes alone lets objects that
         compress well decode to many times it.
 
-        ``kept``: shared objects (of ``columns``) decoded by an earlier read, taken from
-        it instead of fetched; the shared objects this read decodes are left there, so
-        that reads of the other partitions in them fetch none again."""
+        ``kept``: shared objects (read for ``columns``) fetched by an earlier read, taken
+        from it instead of fetched; the shared objects this read fetches are left there,
+        so that reads of the other partitions in them fetch none again."""
         kept = {} if kept is None else kept
-        tables: dict[str, pa.Table] = {}
-        keys = []
-        for k in dict.fromkeys(s.data for s in spans):
-            if k in kept:
-                tables[k] = kept[k]
-            else:
-                keys.append(k)
+        of: dict[str, list[ReadSpan]] = {}
+        for s in spans:
+            of.setdefault(s.data, []).append(s)
+        keys = list(of)
+        cols = list(columns) if columns else None
+
+        def opened(k: str, raw: bytes | None) -> BatchRows:
+            rows = kept.get(k)
+            if rows is None or rows.columns != cols:
+                if raw is None:
+                    raw = self._get_verified(k)
+                rows = BatchRows(raw, k, cols, piece_bytes=1 << 30,
+                                 fetch_max_bytes=self.fetch_max_bytes, whole=False)
+                if layout.is_shared(k):
+                    kept[k] = rows
+            return rows
+
+        def decode(k: str, raw: bytes | None) -> list[pa.Table]:
+            return _read_batches(opened(k, raw), of[k])
+
+        def fetched(k: str) -> bytes:
+            rows = kept.get(k)
+            return rows.raw if rows is not None and rows.columns == cols else \
+                self._get_verified(k)
+
+        tables: dict[str, list[pa.Table]]
         if max_decoded is None:
             if _parallel(self.store) and len(keys) > 1:
-                tables.update(zip(keys, fan_out(lambda k: self._read_object(k, columns),
-                                                keys), strict=True))
+                tables = dict(zip(keys, fan_out(lambda k: decode(k, None), keys),
+                                  strict=True))
             else:
-                tables.update((k, self._read_object(k, columns)) for k in keys)
-            kept.update((k, tables[k]) for k in keys if layout.is_shared(k))
-            return [self._trim(tables[s.data], s) for s in spans]
-        # A window at a time, sized by the budget left (fetch_windows): objects past the
-        # budget are neither fetched nor held.
-        get_many = ((lambda ks: fan_out(self._get_verified, list(ks)))
-                    if _parallel(self.store) else None)
-        read, self._expansion = fetch_windows.read_within(
-            keys, fetch_windows.stored_sizes(self.state, spans, keys), max_decoded=max_decoded,
-            expansion=self._expansion, get=self._get_verified, get_many=get_many,
-            decode=lambda k, raw: decode_parquet(raw, k, columns,
-                                                 fetch_max_bytes=self.fetch_max_bytes),
-            decoded_size=lambda t: int(t.nbytes)) if keys else ({}, self._expansion)
-        tables.update(read)
-        kept.update((k, t) for k, t in read.items() if layout.is_shared(k))
+                tables = {k: decode(k, None) for k in keys}
+        else:
+            # A window at a time, sized by the budget left (fetch_windows): objects past
+            # the budget are neither fetched nor held.
+            get_many = ((lambda ks: fan_out(fetched, list(ks)))
+                        if _parallel(self.store) else None)
+            tables, self._expansion = fetch_windows.read_within(
+                keys, fetch_windows.stored_sizes(self.state, spans, keys),
+                max_decoded=max_decoded, expansion=self._expansion, get=fetched,
+                get_many=get_many, decode=decode,
+                decoded_size=held_bytes) if keys else ({}, self._expansion)
         out = []
+        taken = dict.fromkeys(keys, 0)
         for s in spans:
             if s.data not in tables:
                 break
-            out.append(self._trim(tables[s.data], s))
+            out.append(tables[s.data][taken[s.data]])
+            taken[s.data] += 1
         return out
 
     def read_span(self, span: ReadSpan, columns: Sequence[str] | None = None) -> pa.Table:
-        return self._trim(self._read_object(span.data, columns), span)
-
-    def _read_object(self, key: str, columns: Sequence[str] | None) -> pa.Table:
-        return decode_parquet(self._get_verified(key), key, columns,
-                              fetch_max_bytes=self.fetch_max_bytes)
+        return self.read_spans([span], columns)[0]
 
     def _get_verified(self, key: str) -> bytes:
         raw = inline_copies.take(self.store.identity, key)  # the entry carried a copy
         return raw if raw is not None else checksums.verify(key, self.store.get(key))
 
-    @staticmethod
-    def _trim(table: pa.Table, span: ReadSpan) -> pa.Table:
-        if table.num_rows < span.row + span.count:
+
+def _read_batches(rows: BatchRows, spans: Sequence[ReadSpan]) -> list[pa.Table]:
+    """The rows of each of ``spans`` (all of one object), read in one pass over it."""
+    for s in spans:
+        if rows.num_rows < s.row + s.count:
             raise CorruptObjectError(
-                f"batch object {span.data} holds {table.num_rows} rows but its log entry "
-                f"needs rows {span.row}..{span.row + span.count - 1}"
-            )
-        if span.file_row or span.take != table.num_rows:
-            table = table.slice(span.file_row, span.take)
-        return table
+                f"batch object {s.data} holds {rows.num_rows} rows but its log entry "
+                f"needs rows {s.row}..{s.row + s.count - 1}")
+    return rows.read([(s.file_row, s.take) for s in spans])
 
 
 def _suspicious_bytes(keys: pa.Array) -> bool:

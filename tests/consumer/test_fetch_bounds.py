@@ -14,10 +14,10 @@ import txlog
 from txlog import (
     TopicPartition,
     batch_codec,
+    batch_rows,
     fetch_windows,
     inline_copies,
     layout,
-    partition_log,
 )
 
 SEED = 3535
@@ -55,14 +55,14 @@ def test_a_poll_decodes_at_most_fetch_max_bytes_and_one_object(
     prod.close()
 
     decoded: list[int] = []  # the decoded size of every object this poll read
-    real = batch_codec.decode_parquet
+    real = batch_codec.decode_row_groups
 
     def counting(*args: Any, **kwargs: Any) -> pa.Table:
         table = real(*args, **kwargs)
         decoded.append(table.nbytes)
         return table
 
-    monkeypatch.setattr(partition_log, "decode_parquet", counting)
+    monkeypatch.setattr(batch_rows, "decode_row_groups", counting)
     c = log.consumer(fetch_max_bytes=FETCH_MAX, max_partition_fetch_bytes=FETCH_MAX)
     c.assign([TopicPartition("t", 0), TopicPartition("t", 1)])
     c.seek_to_beginning()
@@ -139,14 +139,14 @@ def test_a_poll_cut_short_by_its_budget_fetches_only_what_it_decodes(
 
     monkeypatch.setattr(reader.store, "get", counting_get)
     decoded: list[int] = []
-    real = batch_codec.decode_parquet
+    real = batch_codec.decode_row_groups
 
     def counting(*args: Any, **kwargs: Any) -> pa.Table:
         table = real(*args, **kwargs)
         decoded.append(table.nbytes)
         return table
 
-    monkeypatch.setattr(partition_log, "decode_parquet", counting)
+    monkeypatch.setattr(batch_rows, "decode_row_groups", counting)
     c = reader.consumer(fetch_max_bytes=FETCH_MAX, max_partition_fetch_bytes=FETCH_MAX)
     c.assign([TopicPartition("t", 0)])
     c.seek_to_beginning()
