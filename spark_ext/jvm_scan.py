@@ -152,12 +152,8 @@ def _build(target: Path, digest: str) -> None:
 def ensure_loaded(spark: SparkSession) -> None:
     """Make this build of the provider loadable in ``spark`` from the calling thread, or
     raise ``JvmScanUnavailable`` saying why."""
-    try:
-        jvm = spark.sparkContext._jvm
-        session = spark._jsparkSession
-    except Exception as exc:  # Spark Connect: the client has no JVM to load a jar into
-        raise JvmScanUnavailable(f"this session has no JVM on the client side "
-                                 f"({type(exc).__name__}: {exc})") from None
+    jvm = _client_context(spark)._jvm
+    session = spark._jsparkSession
     assert jvm is not None
     have = _loaded_build(jvm)
     if have is None:
@@ -197,7 +193,16 @@ def leaf_parallelism(spark: SparkSession) -> int:
     """How many input partitions Spark aims a file scan at (its leaf nodes' default
     parallelism): spark.sql.leafNodeDefaultParallelism, else the default parallelism."""
     given = spark.conf.get("spark.sql.leafNodeDefaultParallelism", None)  # checked by Spark
-    return max(1, int(given) if given else spark.sparkContext.defaultParallelism)
+    return max(1, int(given) if given else _client_context(spark).defaultParallelism)
+
+
+def _client_context(spark: SparkSession) -> Any:
+    """The session's SparkContext, or JvmScanUnavailable where the client has none."""
+    try:
+        return spark.sparkContext
+    except Exception as exc:  # Spark Connect: the client has no JVM to load a jar into
+        raise JvmScanUnavailable(f"this session has no JVM on the client side "
+                                 f"({type(exc).__name__}: {exc})") from None
 
 
 def plan_to_dataframe(spark: SparkSession, store: ObjectStore, plan: BatchPlan,

@@ -32,6 +32,14 @@ DAY = 86_400_000
 NOW = now_ms()
 
 
+@pytest.fixture(autouse=True)
+def _now_is_this_tests_start() -> None:
+    """Entries are appended at the real time, so each test's NOW is taken as it starts: a
+    module-level time goes stale when the suite runs long before reaching these tests."""
+    global NOW
+    NOW = now_ms()
+
+
 @pytest.fixture(params=BACKENDS)
 def root(request: pytest.FixtureRequest, store_factory: Any) -> tuple[str, dict[str, Any]]:
     url, options = store_factory.url(request.param)
