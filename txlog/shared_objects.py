@@ -109,36 +109,69 @@ def write_shared(store: ObjectStore, topic: str, batches: Sequence[tuple[int, pa
 
 
 def footer_partitions(metadata: pq.FileMetaData, where: str) -> list[tuple[int, int, int]]:
-    """The ``(partition, row, count)`` runs a shared object's footer records, validated:
-    ascending partitions, contiguous rows from 0, adding up to the object's rows.  Raises
-    CorruptObjectError for a footer that lacks them or does not add up."""
-    kv = metadata.metadata or {}
-    raw = kv.get(FOOTER_KEY.encode())
+    """The ``(partition, row, count)`` runs a shared object's footer records, validated
+    by :func:`footer_runs`.  Raises CorruptObjectError for a footer that lacks them or
+    breaks a rule."""
+    raw = (metadata.metadata or {}).get(FOOTER_KEY.encode())
     if raw is None:
         raise CorruptObjectError(
             f"shared batch object {where} has no {FOOTER_KEY} footer metadata: it was not "
             "written as a shared object, or was damaged; nothing relies on it being deleted")
     try:
-        d = json.loads(raw)
-        if not isinstance(d, dict) or type(d.get("v")) is not int or d["v"] != FOOTER_VERSION:
-            raise ValueError(f"version {d.get('v') if isinstance(d, dict) else None!r}")
-        runs = d["partitions"]
-        if not isinstance(runs, list) or not runs:
-            raise ValueError("no partitions")
-        out: list[tuple[int, int, int]] = []
-        row = 0
-        for r in runs:
-            if not (isinstance(r, list) and len(r) == 3 and all(type(v) is int for v in r)):
-                raise ValueError(f"run {r!r} is not [partition, row, count]")
-            p, start, count = r
-            if p < 0 or start != row or count <= 0 or (out and p <= out[-1][0]):
-                raise ValueError(f"run {r!r} is out of order")
-            out.append((p, start, count))
-            row += count
-        if row != metadata.num_rows:
-            raise ValueError(f"runs hold {row} rows, the object {metadata.num_rows}")
-    except (ValueError, TypeError, KeyError, UnicodeDecodeError, RecursionError) as exc:
+        return footer_runs(raw, partitions=None, object_rows=metadata.num_rows)
+    except ValueError as exc:
         raise CorruptObjectError(
             f"shared batch object {where} has an invalid {FOOTER_KEY} footer ({exc}); "
             "nothing relies on it being deleted") from None
-    return out
+
+
+def footer_runs(value: bytes | str | None, *, partitions: int | None, object_rows: int,
+                row_group_starts: Sequence[int] | None = None) -> list[tuple[int, int, int]]:
+    """The rules of a ``txlog.shared`` footer, the one place they live: the runs it names
+    if it is valid for an object of ``object_rows`` rows (and, given, a topic of
+    ``partitions`` partitions; with ``row_group_starts``, the first row of each row group,
+    every batch must start one, as the writer lays them out); else ValueError saying
+    what is wrong, which each caller words for its own use."""
+    if value is None:
+        raise ValueError(f"has no {FOOTER_KEY} footer metadata")
+    try:
+        doc = json.loads(value)
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        # RecursionError: JSON nested past the parser's depth, which any object under
+        # _shared/ may hold; it must not stop maintenance of every later partition.
+        raise ValueError(f"has a {FOOTER_KEY} footer that is not JSON ({exc})") from None
+    if not isinstance(doc, dict):
+        raise ValueError(f"has a {FOOTER_KEY} footer that is not a JSON object")
+    if type(doc.get("v")) is not int or doc["v"] != FOOTER_VERSION:
+        raise ValueError(f"has a {FOOTER_KEY} footer of version {doc.get('v')!r}; this "
+                         f"txlog knows version {FOOTER_VERSION}")
+    raw = doc.get("partitions")
+    if not isinstance(raw, list) or not raw:
+        raise ValueError(f"has a {FOOTER_KEY} footer without a list of partitions")
+    parts: list[tuple[int, int, int]] = []
+    next_row = 0
+    for item in raw:
+        if not (isinstance(item, list) and len(item) == 3
+                and all(type(x) is int for x in item)):
+            raise ValueError(f"names {item!r} in its footer, not [partition, row, count]")
+        p, row, count = item
+        if p < 0 or (partitions is not None and p >= partitions):
+            has = f"the topic has {partitions}" if partitions is not None else "none is negative"
+            raise ValueError(f"names partition {p} in its footer; {has}")
+        if parts and p <= parts[-1][0]:
+            raise ValueError(f"names partition {p} after partition {parts[-1][0]} in its "
+                             "footer (they must be distinct and ascending)")
+        if row != next_row or count < 1:
+            raise ValueError(f"puts partition {p} at rows [{row}, {row + count}) in its "
+                             f"footer, where the batches so far end at row {next_row}")
+        parts.append((p, row, count))
+        next_row = row + count
+    if next_row != object_rows:
+        raise ValueError(f"names {next_row} rows in its footer but holds {object_rows}")
+    if row_group_starts is not None:
+        starts = set(row_group_starts)
+        for p, row, _ in parts:
+            if row not in starts:
+                raise ValueError(f"puts partition {p}'s batch at row {row} in its footer, "
+                                 "which starts no row group")
+    return parts

@@ -12,13 +12,12 @@ decision is taken from it.  The store I/O is in :mod:`txlog.shared_deletion`.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from txlog import layout
 from txlog.errors import CorruptObjectError
-from txlog.shared_objects import FOOTER_KEY, FOOTER_VERSION
+from txlog.shared_objects import footer_runs
 
 
 @dataclass(frozen=True)
@@ -37,52 +36,14 @@ def parse_footer(value: bytes | str | None, *, where: str, partitions: int,
                  object_rows: int, row_group_starts: Sequence[int] | None = None,
                  ) -> SharedFooter:
     """The footer ``value`` of shared object ``where`` if it is valid for a topic of
-    ``partitions`` partitions and an object of ``object_rows`` rows; else
-    CorruptObjectError.  With ``row_group_starts`` (the first row of each row group),
-    every batch must also start a row group, as the writer lays them out."""
-    if value is None:
-        raise _bad(where, f"has no {FOOTER_KEY} footer metadata")
+    ``partitions`` partitions and an object of ``object_rows`` rows (the rules are
+    :func:`txlog.shared_objects.footer_runs`'); else CorruptObjectError."""
     try:
-        doc = json.loads(value)
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-        # RecursionError: JSON nested past the parser's depth, which any object under
-        # _shared/ may hold; it must not stop maintenance of every later partition.
-        raise _bad(where, f"has a {FOOTER_KEY} footer that is not JSON ({exc})") from None
-    if not isinstance(doc, dict):
-        raise _bad(where, f"has a {FOOTER_KEY} footer that is not a JSON object")
-    if type(doc.get("v")) is not int or doc["v"] != FOOTER_VERSION:
-        raise _bad(where, f"has a {FOOTER_KEY} footer of version {doc.get('v')!r}; this "
-                          f"txlog knows version {FOOTER_VERSION}")
-    raw = doc.get("partitions")
-    if not isinstance(raw, list) or not raw:
-        raise _bad(where, f"has a {FOOTER_KEY} footer without a list of partitions")
-    parts: list[tuple[int, int, int]] = []
-    next_row = 0
-    for item in raw:
-        if not (isinstance(item, list) and len(item) == 3
-                and all(type(x) is int for x in item)):
-            raise _bad(where, f"names {item!r} in its footer, not [partition, row, count]")
-        p, row, count = item
-        if not 0 <= p < partitions:
-            raise _bad(where, f"names partition {p} in its footer; the topic has "
-                              f"{partitions}")
-        if parts and p <= parts[-1][0]:
-            raise _bad(where, f"names partition {p} after partition {parts[-1][0]} in its "
-                              "footer (they must be distinct and ascending)")
-        if row != next_row or count < 1:
-            raise _bad(where, f"puts partition {p} at rows [{row}, {row + count}) in its "
-                              f"footer, where the batches so far end at row {next_row}")
-        parts.append((p, row, count))
-        next_row = row + count
-    if next_row != object_rows:
-        raise _bad(where, f"names {next_row} rows in its footer but holds {object_rows}")
-    if row_group_starts is not None:
-        starts = set(row_group_starts)
-        for p, row, _ in parts:
-            if row not in starts:
-                raise _bad(where, f"puts partition {p}'s batch at row {row} in its footer, "
-                                  "which starts no row group")
-    return SharedFooter(tuple(parts))
+        return SharedFooter(tuple(footer_runs(value, partitions=partitions,
+                                              object_rows=object_rows,
+                                              row_group_starts=row_group_starts)))
+    except ValueError as exc:
+        raise _bad(where, str(exc)) from None
 
 
 def released_partitions(names: Iterable[str]) -> frozenset[int]:
