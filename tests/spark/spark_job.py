@@ -17,9 +17,10 @@ streams SOURCE at URL into STREAM_TARGET at OUT_URL with readStream/writeStream:
     spark-submit --jars ... tests/spark/spark_job.py format URL OUT_URL SOURCE TARGET \
         STREAM_TARGET OPTIONS
 
-``gets`` reads SOURCE at URL with ``format("txlog")`` twice, with signed GETs (the
-default) and with S3A (``txlog.scan.s3a.signed.get=false``), and reports each read's
-rows and the GETs each client sent:
+``gets`` reads SOURCE at URL with ``format("txlog")`` with signed GETs (the default),
+then again (the objects kept in memory), again with nothing kept
+(``txlog.scan.cache.bytes=0``), and twice with S3A (``txlog.scan.s3a.signed.get=false``),
+and reports each read's rows and the GETs each client sent:
 
     spark-submit --jars ... tests/spark/spark_job.py gets URL SOURCE OPTIONS
 
@@ -133,8 +134,16 @@ def _gets(spark: Any, url: str, source: str, options: str) -> dict[str, Any]:
                    if s.getScheme() == "s3a")
 
     out = {}
-    for name, setting in (("signed", "true"), ("s3a", "false")):
+    # Kept for ten minutes, so that a slow machine's reads still find them.
+    conf.set("txlog.scan.cache.idle.ms", "600000")
+    for name, setting, keep in (("signed", "true", None), ("signed_again", "true", None),
+                                ("signed_unkept", "true", "0"), ("s3a", "false", None),
+                                ("s3a_again", "false", None)):
         conf.set("txlog.scan.s3a.signed.get", setting)
+        if keep is None:
+            conf.unset("txlog.scan.cache.bytes")
+        else:
+            conf.set("txlog.scan.cache.bytes", keep)
         before = (int(signed.invoke(None, None)), s3a_gets(), bytes_read())
         df = (spark.read.format("txlog").option("path", url).option("topic", source)
               .option("storage_options", options).load())

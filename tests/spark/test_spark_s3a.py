@@ -216,7 +216,9 @@ def test_scan_reads_each_object_with_one_signed_get(seaweed: SeaweedServer,
     batch object (a shared one too, which holds both partitions' rows) with one signed GET
     of its own and none through S3A (whose per-request
     CPU dominated the scan); with the signed GETs turned off, S3A reads them instead.
-    Both return txlog's consumer's rows; Spark's bytes read count each object once."""
+    A read soon after finds the objects in memory and sends no GET, unless nothing is
+    kept. Every read returns txlog's consumer's rows; Spark's bytes read count each
+    object once."""
     jars = spark_procs.s3a_jars()
     if len(jars) < 3:
         pytest.skip("hadoop-aws and the AWS SDK are not in .jars/ (run scripts/fetch-jars.sh)")
@@ -235,11 +237,16 @@ def test_scan_reads_each_object_with_one_signed_get(seaweed: SeaweedServer,
                               "--jars", ",".join(map(str, [*jars, connector])),
                               str(spark_procs.JOB), "gets", url, "in", json.dumps(options)],
                              tmp_path, name="gets")
-    for how in ("signed", "s3a"):
+    for how in ("signed", "signed_again", "signed_unkept", "s3a", "s3a_again"):
         assert [tuple(r) for r in got[how]["rows"]] == expected, how
     assert got["signed"]["s3a_gets"] == 0, got
     assert got["s3a"]["signed_gets"] == 0, got
     assert got["signed"]["signed_gets"] == objects == got["s3a"]["s3a_gets"], (objects, got)
+    # Read again, the objects come from memory; with nothing kept, from the store again.
+    # The signed GETs' client and S3A's keep their own (as credentials would differ).
+    assert got["signed_again"]["signed_gets"] == 0 == got["s3a_again"]["s3a_gets"], got
+    assert got["signed_unkept"]["signed_gets"] == objects, got
     # Spark's bytes read count each object's bytes once (on the task's thread; S3A also
-    # counts those it fetched ahead on the prefetch threads).
-    assert got["signed"]["bytes_read"] == sum(sizes.values()), got
+    # counts those it fetched ahead on the prefetch threads), from memory too.
+    for how in ("signed", "signed_again", "signed_unkept"):
+        assert got[how]["bytes_read"] == sum(sizes.values()), (how, got)

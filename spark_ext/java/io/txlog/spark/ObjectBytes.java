@@ -19,6 +19,7 @@ final class ObjectBytes implements InputFile {
 
     private final byte[] data;
     private final int length;
+    private boolean verified;  // the bytes matched their key's checksum (or were kept so)
 
     ObjectBytes(byte[] data) {
         this(data, data.length);
@@ -41,10 +42,18 @@ final class ObjectBytes implements InputFile {
         return m.find() ? Long.parseLong(m.group(1), 16) : -1;
     }
 
+    /** The same bytes, known to match their key's checksum (kept by {@link RecentObjects}
+     * after they did): {@link #verify} does not compute it again. */
+    static ObjectBytes checked(byte[] data, int length) {
+        ObjectBytes b = new ObjectBytes(data, length);
+        b.verified = true;
+        return b;
+    }
+
     /** Fails when the bytes do not match the checksum in {@code key}. */
     void verify(String key) throws IOException {
         long want = expectedCrc(key);
-        if (want < 0) {
+        if (want < 0 || verified) {
             return;
         }
         CRC32 crc = new CRC32();
@@ -55,6 +64,12 @@ final class ObjectBytes implements InputFile {
                     + "its bytes were damaged after it was written. Restore it from a backup; "
                     + "readers will not return its records.", key, crc.getValue(), want));
         }
+        verified = true;
+    }
+
+    /** Whether {@link #verify} found the bytes to match a checksum their key names. */
+    boolean verified() {
+        return verified;
     }
 
     /** The array holding the object's bytes (not a copy): its first {@link #length} bytes. */

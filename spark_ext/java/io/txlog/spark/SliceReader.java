@@ -382,6 +382,8 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
         long declared = part.objectBytes[slice];
         FileStatus status = declared > 0 ? new FileStatus(declared, false, 1, 0, 0, path) : null;
         ObjectBytes whole = null;
+        Object client = null;  // what read the object, where it may be kept in memory
+        boolean known = false;  // its bytes came from memory
         InputFile in;
         SeekableInputStream stream;
         try {
@@ -389,18 +391,29 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
                 byte[] fetched = prefetched(path, conf);
                 FileSystem fsys = fileSystem(path, conf);
                 int length = (int) declared;
-                // Objects txlog's decoder may read are read into the task's array for them.
-                byte[] bytes = fetched != null ? fetched
-                    : WholeObjects.read(fsys, signed, path, status,
-                                        directSchema != null ? buffers.object(length) : null);
+                String object = part.paths[slice];
+                client = RecentObjects.clientFor(fsys, signed, object, conf);
+                byte[] bytes = fetched != null || client == null ? fetched
+                    : RecentObjects.SHARED.get(client, object, length, conf);
+                known = bytes != null && client != null
+                    && RecentObjects.SHARED.holds(client, object, bytes);
+                if (bytes == null) {
+                    // Objects txlog's decoder may read are read into the task's array for
+                    // them, unless they are kept after this read.
+                    bytes = WholeObjects.read(fsys, signed, path, status,
+                        directSchema != null && client == null ? buffers.object(length) : null);
+                } else if (fetched == null) {
+                    fetched = bytes;  // from memory: counted below as fetched ahead are
+                }
                 if (fetched != null || signed != null || ReadMetrics.bypassed(fsys)) {
                     ReadMetrics.add(fsys, length);  // Spark's bytes read see them
                 }
-                whole = new ObjectBytes(bytes, length);
+                whole = known ? ObjectBytes.checked(bytes, length) : new ObjectBytes(bytes, length);
                 if (directSchema != null) {
                     DirectObject d = ObjectErrors.decodeDirectly(
-                        part.paths[slice], path, conf, declared, whole, directSchema, buffers);
+                        object, path, conf, declared, whole, directSchema, buffers);
                     if (d != null) {
+                        RecentObjects.keep(client, object, whole, known, conf);
                         return new Opened(path, d);
                     }
                 }
@@ -426,6 +439,7 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
                                                                   stream);
             if (whole != null) {
                 whole.verify(part.paths[slice]);
+                RecentObjects.keep(client, part.paths[slice], whole, known, conf);
             }
             return new Opened(path, status, whole, stream, footer);
         } catch (IOException | RuntimeException e) {
@@ -492,6 +506,12 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
             FileSystem f = atRoot ? fsys : ObjectFileSystems.forWholeReads(p, conf);
             SignedGet g = atRoot ? rootGet : ObjectFileSystems.signedGet(p, conf);
             long declared = part.objectBytes[i];
+            Object client = RecentObjects.clientFor(f, g, part.paths[i], conf);
+            byte[] kept = client == null ? null  // no request for what is in memory
+                : RecentObjects.SHARED.get(client, part.paths[i], (int) declared, conf);
+            if (kept != null) {
+                return kept;
+            }
             return WholeObjects.read(f, g, p, new FileStatus(declared, false, 1, 0, 0, p));
         });
     }
