@@ -14,7 +14,8 @@ several rounds, two queries:
 against these readers:
 
 * ``txlog``: ``spark.read.format("txlog")`` (txlog's JVM connector: planned by txlog's
-  planner on the driver, read by Spark's vectorized Parquet reader, pruned columns);
+  planner on the driver, its Kafka-shaped objects decoded by the connector's own decoder,
+  pruned columns);
 * ``parquet``: the baseline;
 * ``batch_objects`` (diagnostic): ``spark.read.parquet`` of txlog's own committed batch
   objects, hard-linked into a plain dataset (four stored columns);
