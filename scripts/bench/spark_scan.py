@@ -338,6 +338,18 @@ def measure(spark: Any, target: C.Target, topics: dict[int, dict[str, Any]], rou
     cpus: dict[tuple[int, str, str], list[float]] = {}
     # The same CPU seconds by process: the server's (weed) and Spark's JVM's.
     parts: dict[tuple[int, str, str], dict[str, list[float]]] = {}
+    # Objects each run read from the scan's memory (whether a run found them kept depends
+    # on how long the runs between took: the report shows it).
+    from_memory: dict[tuple[int, str, str], list[int]] = {}
+    kept = spark.sparkContext._jvm.java.lang.Thread.currentThread().getContextClassLoader() \
+        .loadClass("io.txlog.spark.RecentObjects")
+    shared_field = kept.getDeclaredField("SHARED")
+    shared_field.setAccessible(True)
+    hits_method = kept.getDeclaredMethod("hits", None)
+    hits_method.setAccessible(True)
+
+    def memory_hits() -> int:
+        return int(hits_method.invoke(shared_field.get(None), None))
 
     def timed_rounds(runs_of: Any, phase: str = "") -> None:
         """``rounds`` rounds of ``runs_of(query)``'s readers, timed into ``times`` and
@@ -348,11 +360,12 @@ def measure(spark: Any, target: C.Target, topics: dict[int, dict[str, Any]], rou
                     # Parquet next to txlog in both orders (flipped every round).
                     order = runs_of(query) if r % 2 == 0 else runs_of(query)[::-1]
                     for name in order:
-                        cpu0 = C.tree_cpu_parts()
+                        cpu0, hits0 = C.tree_cpu_parts(), memory_hits()
                         with settings_of(name), C.Timer() as t:
                             fn(readers[name](pct))
                         cpu1 = C.tree_cpu_parts()
                         key = (pct, query, name + phase)
+                        from_memory.setdefault(key, []).append(memory_hits() - hits0)
                         cpus.setdefault(key, []).append(sum(cpu1.values())
                                                         - sum(cpu0.values()))
                         for part in cpu1:
@@ -398,11 +411,13 @@ def measure(spark: Any, target: C.Target, topics: dict[int, dict[str, Any]], rou
                                           "cpu_seconds": C.median(cpus[key]),
                                           "cpu_seconds_by_process": {
                                               k: C.median(v) for k, v in parts[key].items()},
+                                          "objects_from_memory": from_memory[key],
                                           "vs_parquet": speed, "cpu_vs_parquet": cpu}
                 ratios[f"{name}_vs_parquet_{query}_{pct}pct{suffix}"] = speed
                 rows.append([f"{pct}%", query, name, sec, info["committed"] / sec, speed,
                              C.median(cpus[key]), cpu, C.median(parts[key]["java"]),
-                             C.median(parts[key]["weed"])])
+                             C.median(parts[key]["weed"]),
+                             "/".join(map(str, from_memory[key]))])
             target_ratio = 1.0 if query == "2col" else 0.9
             got = ratios[f"txlog_vs_parquet_{query}_{pct}pct{suffix}"]
             label = ("count(*), sum(length(value)), max(offset)" if query == "2col"
@@ -424,11 +439,13 @@ def measure(spark: Any, target: C.Target, topics: dict[int, dict[str, Any]], rou
                     "seconds": sec, "all_seconds": times[key],
                     "cpu_seconds": C.median(cpus[key]),
                     "cpu_seconds_by_process": {k: C.median(v) for k, v in parts[key].items()},
+                    "objects_from_memory": from_memory[key],
                     "vs_parquet": speed, "cpu_vs_parquet": cpu}
                 ratios[f"{name}_compacted_vs_parquet_{query}_{pct}pct{suffix}"] = speed
                 rows.append([f"{pct}%", query, f"{name} (compacted)", sec,
                              info["committed"] / sec, speed, C.median(cpus[key]), cpu,
-                             C.median(parts[key]["java"]), C.median(parts[key]["weed"])])
+                             C.median(parts[key]["java"]), C.median(parts[key]["weed"]),
+                             "/".join(map(str, from_memory[key]))])
                 goals.append({"name": f"(info) format('{name}') {label} of the topic "
                                       f"compacted by txlog maintain vs {base}, {pct}% aborted",
                               "store": target.name, "measured": speed, "target": None,
@@ -446,7 +463,7 @@ def measure(spark: Any, target: C.Target, topics: dict[int, dict[str, Any]], rou
                   f"topics, {PARTITIONS} partitions, {VALUE_SIZE}-byte values, local[2], "
                   f"median of {rounds} (ratios: medians of per-round ratios to parquet)",
                   ["aborted", "query", "reader", "seconds", "rows/s", "vs parquet", "CPU s",
-                   "CPU vs parquet", "JVM CPU s", "weed CPU s"], rows)
+                   "CPU vs parquet", "JVM CPU s", "weed CPU s", "from memory"], rows)
     for pct, info in topics.items():
         print(f"{pct}% topic: {info['objects']} batch objects read (shared objects), "
               f"{info['objects_per_partition_topic']} in the same rows written one object "

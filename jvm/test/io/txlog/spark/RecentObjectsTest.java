@@ -107,9 +107,18 @@ class RecentObjectsTest {
     }
 
     @Test
-    void theDefaultBoundIsAQuarterOfTheHeapAtMostTwoGiB() {
-        long want = Math.min(2L << 30, Runtime.getRuntime().maxMemory() / 4);
-        assertEquals(want, RecentObjects.capacity(new Configuration(false)));
+    void theBoundIsASizeWithinTheHeapByDefaultAndAMalformedOneIsNamed() {
+        long fallback = RecentObjects.capacity(new Configuration(false));
+        assertTrue(fallback > 0 && fallback <= 2L << 30
+                   && fallback <= Runtime.getRuntime().maxMemory() / 4, "" + fallback);
+        Configuration c = new Configuration(false);
+        c.set(RecentObjects.BYTES, "512m");
+        assertEquals(512L << 20, RecentObjects.capacity(c));
+        c.set(RecentObjects.BYTES, "lots");
+        RecentObjects.BadSetting bad = assertThrows(RecentObjects.BadSetting.class,
+                                                    () -> RecentObjects.capacity(c));
+        assertTrue(bad.getMessage().contains("spark.hadoop.txlog.scan.cache.bytes is 'lots'"),
+                   bad.getMessage());
     }
 
     @Test
@@ -119,15 +128,18 @@ class RecentObjectsTest {
         String k = key("c", data);
         ObjectBytes damaged = new ObjectBytes(new byte[] {1, 2, 4});
         assertThrows(IOException.class, () -> damaged.verify(k));
-        RecentObjects.keep(CLIENT, k, damaged, false, c);      // (the shared instance)
-        assertNull(RecentObjects.SHARED.get(CLIENT, k, 3, c));
-        ObjectBytes unchecked = new ObjectBytes(data);
-        RecentObjects.keep(CLIENT, k, unchecked, false, c);
-        assertNull(RecentObjects.SHARED.get(CLIENT, k, 3, c));
-        unchecked.verify(k);
-        RecentObjects.keep(CLIENT, k, unchecked, false, c);
-        assertSame(data, RecentObjects.SHARED.get(CLIENT, k, 3, c));
-        assertTrue(ObjectBytes.checked(data, 3).verified());
-        RecentObjects.SHARED.clear();
+        try {
+            RecentObjects.keep(CLIENT, k, damaged, false, c);  // (the shared instance)
+            assertNull(RecentObjects.SHARED.get(CLIENT, k, 3, c));
+            ObjectBytes unchecked = new ObjectBytes(data);
+            RecentObjects.keep(CLIENT, k, unchecked, false, c);
+            assertNull(RecentObjects.SHARED.get(CLIENT, k, 3, c));
+            unchecked.verify(k);
+            RecentObjects.keep(CLIENT, k, unchecked, false, c);
+            assertSame(data, RecentObjects.SHARED.get(CLIENT, k, 3, c));
+            assertTrue(ObjectBytes.checked(data, 3).verified());
+        } finally {
+            RecentObjects.SHARED.clear();
+        }
     }
 }

@@ -1,5 +1,6 @@
 package io.txlog.spark;
 
+import java.lang.ref.ReferenceQueue;
 import java.lang.ref.SoftReference;
 import java.util.Iterator;
 import java.util.LinkedHashMap;
@@ -41,20 +42,34 @@ final class RecentObjects {
     private record Key(Object client, String object) {
     }
 
-    private static final class Entry {
-        final SoftReference<byte[]> bytes;
+    /** An entry: its bytes softly held, and its key, to drop it once the collector took
+     * them (its length then no longer counts). */
+    private static final class Entry extends SoftReference<byte[]> {
+        final Key key;
         final int length;
         long used;  // nanoTime of the last read
 
-        Entry(byte[] bytes, int length, long used) {
-            this.bytes = new SoftReference<>(bytes);
+        Entry(Key key, byte[] bytes, int length, long used, ReferenceQueue<byte[]> cleared) {
+            super(bytes, cleared);
+            this.key = key;
             this.length = length;
             this.used = used;
         }
     }
 
+    /** A setting of the scan's kept objects that is not what it must be. */
+    static final class BadSetting extends IllegalArgumentException {
+        private static final long serialVersionUID = 1L;
+
+        BadSetting(String key, String value, String what) {
+            super("txlog: spark.hadoop." + key + " is '" + value + "', not " + what
+                  + ": correct or remove the setting.");
+        }
+    }
+
     private final LongSupplier clock;
     private final LinkedHashMap<Key, Entry> entries = new LinkedHashMap<>(64, 0.75f, true);
+    private final ReferenceQueue<byte[]> cleared = new ReferenceQueue<>();
     private final AtomicLong hits = new AtomicLong();
     private final AtomicLong kept = new AtomicLong();
     private long held;          // bytes of the entries, guarded by this
@@ -65,10 +80,23 @@ final class RecentObjects {
         this.clock = clock;
     }
 
-    /** The most bytes {@code conf} lets this JVM keep. */
+    /** The most bytes {@code conf} lets this JVM keep (a size: 536870912, 512m, 1g). */
     static long capacity(Configuration conf) {
         long fallback = Math.min(2L << 30, Runtime.getRuntime().maxMemory() / 4);
-        return Math.max(0, conf.getLong(BYTES, fallback));
+        try {
+            return Math.max(0, conf.getLongBytes(BYTES, fallback));
+        } catch (IllegalArgumentException e) {  // (a bad number or size suffix)
+            throw new BadSetting(BYTES, conf.get(BYTES), "a size in bytes (536870912, 512m, 1g)");
+        }
+    }
+
+    /** The milliseconds {@code conf} keeps an unread object. */
+    static long idleMs(Configuration conf) {
+        try {
+            return Math.max(0, conf.getLong(IDLE_MS, DEFAULT_IDLE_MS));
+        } catch (NumberFormatException e) {
+            throw new BadSetting(IDLE_MS, conf.get(IDLE_MS), "a number of milliseconds");
+        }
     }
 
     /** Whether an object at {@code key} may be kept: its key names a checksum. */
@@ -101,12 +129,18 @@ final class RecentObjects {
      * {@code length} bytes; else null. */
     synchronized byte[] get(Object client, String object, int length, Configuration conf) {
         settle(conf);
-        Entry e = entries.get(new Key(client, object));
-        byte[] b = e == null ? null : e.bytes.get();
+        Key k = new Key(client, object);
+        Entry e = entries.get(k);
+        byte[] b = e == null ? null : e.get();
+        long now = clock.getAsLong();
+        if (e != null && (b == null || now - e.used >= idleNanos)) {
+            drop(e);  // (a lookup moved it to the end, where evict() would not look soon)
+            return null;
+        }
         if (b == null || e.length != length) {
             return null;
         }
-        e.used = clock.getAsLong();
+        e.used = now;
         hits.incrementAndGet();
         return b;
     }
@@ -114,7 +148,7 @@ final class RecentObjects {
     /** Whether {@code bytes} are the kept bytes of {@code object} (so already checked). */
     synchronized boolean holds(Object client, String object, byte[] bytes) {
         Entry e = entries.get(new Key(client, object));
-        return e != null && e.bytes.get() == bytes;
+        return e != null && e.get() == bytes;
     }
 
     /** Keeps the first {@code length} bytes of {@code bytes}, which matched the checksum
@@ -125,8 +159,8 @@ final class RecentObjects {
         if (!keepable(object) || length > cap) {
             return;
         }
-        Entry old = entries.put(new Key(client, object), new Entry(bytes, length,
-                                                                    clock.getAsLong()));
+        Key k = new Key(client, object);
+        Entry old = entries.put(k, new Entry(k, bytes, length, clock.getAsLong(), cleared));
         if (old != null) {
             held -= old.length;
         }
@@ -166,22 +200,40 @@ final class RecentObjects {
      * out; returns the capacity. */
     private long settle(Configuration conf) {
         long cap = capacity(conf);
-        long idle = conf.getLong(IDLE_MS, DEFAULT_IDLE_MS);
-        idleNanos = TimeUnit.MILLISECONDS.toNanos(Math.max(0, idle));
+        idleNanos = TimeUnit.MILLISECONDS.toNanos(idleMs(conf));
         evict(cap, false);
         return cap;
     }
 
-    /** Drops idle entries, then the least recently used beyond {@code cap} bytes; with
-     * {@code all}, also those the collector cleared anywhere (else only up to the first
-     * entry that stays: the ones after it were used later). */
+    /** Removes {@code e} if it is still the entry of its key. */
+    private void drop(Entry e) {
+        if (entries.remove(e.key, e)) {
+            held -= e.length;
+        }
+    }
+
+    /** Drops the entries whose bytes the collector took (as it queues them), then idle
+     * entries, then the least recently used beyond {@code cap} bytes; with {@code all},
+     * looks at every entry (else only up to the first that stays: the ones after it were
+     * used later). */
     private void evict(long cap, boolean all) {
+        for (java.lang.ref.Reference<? extends byte[]> r; (r = cleared.poll()) != null; ) {
+            drop((Entry) r);
+        }
+        if (held > cap) {  // cleared ones not queued yet make no room for live ones to go
+            for (Iterator<Entry> it = entries.values().iterator(); it.hasNext(); ) {
+                Entry e = it.next();
+                if (e.get() == null) {
+                    it.remove();
+                    held -= e.length;
+                }
+            }
+        }
         long now = clock.getAsLong();
         Iterator<Map.Entry<Key, Entry>> it = entries.entrySet().iterator();
         while (it.hasNext()) {
             Entry e = it.next().getValue();
-            boolean stale = now - e.used >= idleNanos || e.bytes.get() == null;
-            if (stale || held > cap) {
+            if (now - e.used >= idleNanos || held > cap || e.get() == null) {
                 it.remove();
                 held -= e.length;
             } else if (!all) {
@@ -190,7 +242,8 @@ final class RecentObjects {
         }
     }
 
-    /** Drops idle entries every second, so a JVM that stops scanning lets them go. */
+    /** Drops idle entries every second while there are any, so a JVM that stops scanning
+     * lets them go; it stops when none is left (a put starts it again). */
     private ScheduledThreadPoolExecutor startCleaner() {
         ScheduledThreadPoolExecutor pool = new ScheduledThreadPoolExecutor(1, r -> {
             Thread t = new Thread(r, THREAD_NAME);
@@ -200,6 +253,10 @@ final class RecentObjects {
         pool.scheduleWithFixedDelay(() -> {
             synchronized (this) {
                 evict(Long.MAX_VALUE, true);
+                if (entries.isEmpty() && cleaner == pool) {
+                    cleaner = null;
+                    pool.shutdown();
+                }
             }
         }, 1, 1, TimeUnit.SECONDS);
         return pool;

@@ -427,7 +427,7 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
                     : HadoopInputFile.fromPath(path, conf);
             }
             stream = in.newStream();
-        } catch (FileNotFoundException | ObjectErrors.DecodeFailure e) {
+        } catch (FileNotFoundException | ObjectErrors.DecodeFailure | RecentObjects.BadSetting e) {
             throw e;
         } catch (EOFException e) {  // shorter than declared
             throw openFailure(path, conf, declared, null, e);
