@@ -1,17 +1,26 @@
-"""The JVM scan: txlog's own Spark source (Java, in ``spark_ext/java``) for planned reads.
+"""txlog's JVM connector (Java, in ``spark_ext/java``): its jar, loading it into a session,
+and the planned scan that ``spark_ext.read(..., engine="jvm")`` hands a plan to.
 
-``spark_ext.read`` plans on the driver as every txlog read does; this module hands the
-plan to ``io.txlog.spark.PlannedScanProvider``, which reads exactly the planned rows of
-each batch object with Spark's vectorized Parquet reader and adds the derived columns
-(topic, partition, offset, timestamp, timestampType) as computed column vectors. No row
-passes through Python and no per-row expression or ``_metadata`` struct is evaluated.
+``format("txlog")`` is the connector's ``txlog.DefaultSource``, which asks txlog's Python
+planner for each plan (docs/spark.md); :func:`plan_to_dataframe` is the side path that
+plans here, once, and hands the plan to ``io.txlog.spark.PlannedScanProvider``. Both read
+with the same classes: exactly the planned rows of each batch object, the derived columns
+(topic, partition, offset, timestamp, timestampType) added by the scan itself, no row
+passing through Python. A Kafka-shaped object small enough to be read whole (8 MiB) is
+decoded by txlog's own Parquet decoder (``DirectObject.java``;
+``spark.hadoop.txlog.scan.decoder=parquet`` turns it off); other objects (typed topics,
+larger objects, encodings or codecs that decoder does not take) are read by Spark's
+vectorized Parquet reader.
 
-The jar is built from the sources shipped with txlog, against the running pyspark's own
-jars, with the JDK's ``javac`` (Maven Central is not needed), once per source and pyspark
-version, into ``$TXLOG_CACHE_DIR`` (default ``~/.cache/txlog``). Where no JDK is
-found, :func:`jar` raises ``JvmScanUnavailable`` and ``spark_ext.read`` uses the SQL path
-(:mod:`spark_ext.native`). For clusters, build it once (``python -m spark_ext.jvm_scan``
-prints its path) and add it to the cluster's jars.
+The jar is built by Maven (``pom.xml``, ``scripts/build-jar.sh``) and shipped in the wheel
+as ``spark_ext/jars/txlog-spark.jar``; :func:`jar` returns it when it was built from these
+Java sources. Where it was not (a source checkout whose sources changed since), :func:`jar`
+builds one with the JDK's ``javac`` against the running pyspark, once per source digest
+and pyspark version, into ``$TXLOG_CACHE_DIR`` (default ``~/.cache/txlog``). With
+neither it raises ``JvmScanUnavailable``: ``spark_ext.read`` then scans with SQL
+(:mod:`spark_ext.native`), and a session without the jar serves ``format("txlog")`` with
+the Python data source. For a cluster, add the path ``python -m spark_ext.jvm_scan``
+prints to ``spark.jars`` or ``--jars``.
 """
 
 from __future__ import annotations
