@@ -83,8 +83,9 @@ class TxlogDataSource(DataSource):
 
 
 class TxlogPythonDataSource(TxlogDataSource):
-    """The same source under the name txlog's JVM connector hands streaming queries and
-    the writes it does not take to (``format("txlog")`` is the connector's own name)."""
+    """The same source under the name txlog's JVM connector hands what it does not take
+    to (writes of rows its writer does not take, overwrites, roots Spark cannot open; see
+    :mod:`pyspark_txlog_python`); ``format("txlog")`` is the connector's own name."""
 
     @classmethod
     def name(cls) -> str:
