@@ -30,6 +30,10 @@ installed="$("$here/.venv/bin/python" -I -c \
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ "$installed" != "$here" ]; then
   .venv/bin/python -m pip install --quiet --upgrade pip
   .venv/bin/python -m pip install --quiet -e ".[dev,delta]"
+  # The build backend pyproject.toml names, so a wheel builds offline from .venv.
+  .venv/bin/python -c 'import tomllib
+print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["build-system"]["requires"]))' |
+    xargs .venv/bin/python -m pip install --quiet
   touch "$stamp"
 fi
 scripts/bootstrap-latest.sh

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds txlog's JVM connector for Spark with Maven (pom.xml) into spark_ext/jars/txlog-spark.jar,
-# which the wheel ships; skipped when the jar
-# was built from the current Java sources and pom.xml. The build runs the JUnit tests.
+# which the wheel ships (setup.py refuses to build a wheel or sdist without it, or with one of
+# other Java sources); skipped when the jar was built from the current Java sources and is
+# newer than pom.xml. The build runs the JUnit tests.
 # Maven takes its artifacts from the local cache (~/.m2), fetching them on the first run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
