@@ -15,6 +15,6 @@ if [ "$have" = "$digest" ] && [ "$jar" -nt pom.xml ]; then
 fi
 mkdir -p target/generated-resources/io/txlog/spark spark_ext/jars
 printf '%s' "$digest" >target/generated-resources/io/txlog/spark/build-digest.txt
-mvn -q -B package
+mvn -q -B -Dstyle.color=never package
 cp target/txlog-spark-0.1.0.jar "$jar.tmp"
 mv "$jar.tmp" "$jar"

@@ -24,7 +24,7 @@ echo "== mypy";  .venv/bin/mypy
 if [[ ${#FAST[@]} -eq 0 ]]; then  # the fast lane starts no JVM
   # Against the classes the set-up's build left in target/ (recompiled only if stale), offline:
   # the set-up's build fetched every artifact these need.
-  echo "== junit"; mvn -o -q -B test
+  echo "== junit"; mvn -o -q -B -Dstyle.color=never test
 fi
 echo "== pytest"; .venv/bin/python -m pytest ${FAST[@]+"${FAST[@]}"} "$@"
 if [[ ${#FAST[@]} -gt 0 ]]; then exit 0; fi  # the fast lane runs no Spark test
