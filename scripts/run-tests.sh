@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The whole test suite, from a fresh clone: installs what it needs into .venv (and
-# .venv-latest), then runs lint, type checks and pytest on pyspark 4.2 with Delta Lake, then
-# the Spark tests again on the newest pyspark (.venv-latest; the Delta tests skip there).
+# The whole test suite, from a fresh clone: the set-up (scripts/bootstrap.sh) installs what it
+# needs, then this runs lint, type checks, the connector's JUnit tests (Maven, offline), and
+# pytest on pyspark 4.2 with Delta Lake, then the Spark tests again on the newest pyspark
+# (.venv-latest; the Delta tests skip there). Nothing here downloads: only the set-up does.
 # Extra arguments go to both pytest runs.
 #   scripts/run-tests.sh          the full suite (what CI runs)
 #   scripts/run-tests.sh --fast   the fast lane (docs/testing.md): no slow, Spark or server
@@ -18,11 +19,13 @@ fi
 scripts/bootstrap.sh
 export PYSPARK_PYTHON="$PWD/.venv/bin/python"
 export PYSPARK_DRIVER_PYTHON="$PWD/.venv/bin/python"
-# The Azure contract tests run against Azurite, npm-installed into the test cache on
-# first use (about 20 s); TXLOG_TEST_INSTALL_AZURITE=0 skips them instead.
-export TXLOG_TEST_INSTALL_AZURITE="${TXLOG_TEST_INSTALL_AZURITE:-1}"
 echo "== ruff";  .venv/bin/ruff check txlog spark_ext tests scripts
 echo "== mypy";  .venv/bin/mypy
+if [[ ${#FAST[@]} -eq 0 ]]; then  # the fast lane starts no JVM
+  # Against the classes the set-up's build left in target/ (recompiled only if stale), offline:
+  # the set-up's build fetched every artifact these need.
+  echo "== junit"; mvn -o -q -B -Dstyle.color=never test
+fi
 echo "== pytest"; .venv/bin/python -m pytest ${FAST[@]+"${FAST[@]}"} "$@"
 if [[ ${#FAST[@]} -gt 0 ]]; then exit 0; fi  # the fast lane runs no Spark test
 echo "== pytest, spark tests on the newest pyspark (.venv-latest)"

@@ -21,11 +21,11 @@ Findings with SeaweedFS 4.48 (``weed mini``) + s3fs 2026.9.0:
 * the admin server starts even with ``-admin.ui=false``, and the built-in maintenance
   worker dials it at the admin HTTP port + 10000 whatever ``-admin.port.grpc`` says.
 
-Azurite (Azure Blob emulator, npm package ``azurite``) is used when ``azurite-blob`` is on
-PATH or installed in the cache directory (``$TXLOG_TEST_CACHE``, default
-``~/.cache/txlog-tests``), and adlfs is importable.  Set ``TXLOG_TEST_INSTALL_AZURITE=1``
-to let the helpers ``npm install`` it into the cache (about a minute, needs the npm
-registry).  Findings with azurite 3.37.0 + adlfs 2026.8.0: ``pipe_file(mode="create")``
+Azurite (Azure Blob emulator, npm package ``azurite``, version AZURITE_VERSION) is
+installed by the set-up command (scripts/bootstrap.sh) into this checkout's
+``.tools/azurite``; the helpers only look for it there (or ``azurite-blob`` on PATH) and
+never install it, so a missing one skips the Azure tests with a reason naming the set-up.
+Findings with azurite 3.35.0 (and 3.37.0) + adlfs 2026.8.0: ``pipe_file(mode="create")``
 sends ``If-None-Match: *`` and a second create raises ``FileExistsError``; a ranged read
 past the end raises azure.core ``HttpResponseError`` (status 416, ``InvalidRange``);
 ``rm_file`` of a missing blob raises ``FileNotFoundError``; ``--blobPort 0`` works and the
@@ -318,39 +318,50 @@ def start_seaweed(bucket: str = S3_BUCKET, workdir: str | os.PathLike[str] | Non
 # --- Azurite --------------------------------------------------------------------------
 
 
-def cache_dir() -> Path:
-    return Path(os.environ.get("TXLOG_TEST_CACHE", Path.home() / ".cache" / "txlog-tests"))
+#: The Azurite release scripts/bootstrap.sh installs: the newest that runs on Node 20
+#: (3.36 and later need Node 21+).
+AZURITE_VERSION = "3.35.0"
+SETUP_COMMAND = "scripts/bootstrap.sh"
 
 
-def find_azurite(install: bool | None = None) -> str | None:
-    """``azurite-blob``: on PATH, or in the cache; installed there if allowed."""
-    found = shutil.which("azurite-blob")
-    if found:
-        return found
-    prefix = cache_dir() / "azurite"
-    cached = prefix / "node_modules" / ".bin" / "azurite-blob"
-    if cached.exists():
-        return str(cached)
-    if install is None:
-        install = os.environ.get("TXLOG_TEST_INSTALL_AZURITE") == "1"
-    npm = shutil.which("npm")
-    if not install or npm is None or shutil.which("node") is None:
+def azurite_prefix() -> Path:
+    """Where the set-up installs Azurite: ``.tools/azurite`` of the checkout this package
+    was imported from (gitignored)."""
+    return Path(__file__).resolve().parents[2] / ".tools" / "azurite"
+
+
+def installed_azurite_version(prefix: Path) -> str | None:
+    try:
+        meta = json.loads((prefix / "node_modules" / "azurite" / "package.json").read_text())
+    except (OSError, ValueError):
         return None
-    prefix.mkdir(parents=True, exist_ok=True)
-    result = subprocess.run(
-        [npm, "install", "--no-audit", "--no-fund", "--prefix", str(prefix), "azurite"],
-        stdin=subprocess.DEVNULL, capture_output=True, timeout=600, check=False,
-    )
-    return str(cached) if result.returncode == 0 and cached.exists() else None
+    version = meta.get("version") if isinstance(meta, dict) else None
+    return version if isinstance(version, str) else None
+
+
+def find_azurite() -> str | None:
+    """``azurite-blob`` at the pinned version as the set-up installed it, else on PATH.
+
+    Never installs anything: tests use only what the set-up command put in place.
+    """
+    prefix = azurite_prefix()
+    local = prefix / "node_modules" / ".bin" / "azurite-blob"
+    if local.exists() and installed_azurite_version(prefix) == AZURITE_VERSION:
+        return str(local)
+    return shutil.which("azurite-blob")
 
 
 def azure_unavailable_reason() -> str | None:
     """Why Azure tests cannot run here, or None if they can."""
     if importlib.util.find_spec("adlfs") is None:
-        return "adlfs is not installed (pip install 'txlog[azure]')"
+        return f"adlfs is not installed (run {SETUP_COMMAND}, or pip install 'txlog[azure]')"
     if find_azurite() is None:
-        return ("Azurite is not installed (npm install azurite into "
-                f"{cache_dir() / 'azurite'}, or set TXLOG_TEST_INSTALL_AZURITE=1)")
+        prefix = azurite_prefix()
+        have = installed_azurite_version(prefix)
+        found = f"Azurite {have} is in {prefix}, not {AZURITE_VERSION}" if have else (
+            f"Azurite {AZURITE_VERSION} is not installed in {prefix} nor on PATH")
+        return (f"{found}: run {SETUP_COMMAND}, which installs it with npm "
+                "(it needs Node.js and npm)")
     return None
 
 
