@@ -26,7 +26,7 @@ if [[ ${#FAST[@]} -eq 0 ]]; then  # the fast lane starts no JVM
   # the set-up's build fetched every artifact these need.
   echo "== junit"; mvn -o -q -B -Dstyle.color=never test
 fi
-echo "== pytest"; .venv/bin/python -m pytest ${FAST[@]+"${FAST[@]}"} "$@"
+echo "== pytest"; .venv/bin/python -m pytest --durations=30 ${FAST[@]+"${FAST[@]}"} "$@"
 if [[ ${#FAST[@]} -gt 0 ]]; then exit 0; fi  # the fast lane runs no Spark test
 echo "== pytest, spark tests on the newest pyspark (.venv-latest)"
 export PYSPARK_PYTHON="$PWD/.venv-latest/bin/python"
