@@ -28,12 +28,23 @@ __all__ = ["read", "register", "write"]
 def register(spark: SparkSession) -> None:
     """Register txlog's Python data source with ``spark``: as ``txlog_python``, which
     the JVM connector hands streaming and some writes to, and as ``txlog`` itself where
-    the JVM connector is not on the classpath (Spark refuses a second ``txlog``)."""
+    the JVM connector is not on the classpath (Spark refuses a second ``txlog``).
+
+    A Spark Connect client cannot see the server's classpath: where the server has
+    txlog's jar it refuses the Python ``txlog`` (``DATA_SOURCE_ALREADY_EXISTS``), and its
+    JVM connector stays ``format("txlog")``."""
+    from pyspark.errors import PySparkException
+
     from spark_ext.source import TxlogDataSource, TxlogPythonDataSource
 
     spark.dataSource.register(TxlogPythonDataSource)
-    if not jvm_connector_loaded(spark):
+    if jvm_connector_loaded(spark):
+        return
+    try:
         spark.dataSource.register(TxlogDataSource)
+    except PySparkException as exc:
+        if exc.getCondition() != "DATA_SOURCE_ALREADY_EXISTS":
+            raise
 
 
 def jvm_connector_loaded(spark: SparkSession) -> bool:

@@ -6,7 +6,8 @@
 ``copy`` reads topic SOURCE with ``format("txlog")`` and writes its key, value and
 partition to topic TARGET with ``format("txlog")``, exactly once (``txnAppId`` APP_ID,
 ``txnVersion`` 0), twice: the second write is the retry a restarted job would make;
-then it reads TARGET back with the JVM scan.
+then it reads TARGET back with ``format("txlog")``. Run with the connector's jar
+(``--jars``), both are the JVM connector, and its log lines say so on the driver's stderr.
 ``jvm`` reads SOURCE with the JVM scan at URL and writes it to TARGET at OUT_URL with
 the JVM writer, then reads SOURCE with the SQL scan (all open the objects with Spark's
 own Hadoop filesystems).
@@ -29,7 +30,9 @@ OPTIONS is the storage options as JSON. The last line printed is ``RESULT <json>
     python tests/spark/spark_job.py connect sc://HOST:PORT URL SOURCE TARGET APP_ID
 
 is a Spark Connect client (its own process: a Connect session changes how pyspark
-behaves in the whole process) that registers, reads and writes ``format("txlog")``.
+behaves in the whole process) that asks the server for the plan of a ``format("txlog")``
+read, registers txlog (``spark_ext.register``), asks again, then reads and writes
+``format("txlog")``.
 """
 
 from __future__ import annotations
@@ -43,8 +46,12 @@ from typing import Any
 def _copy(spark: Any, url: str, source: str, target: str, app_id: str,
           options: str) -> dict[str, Any]:
     sc = spark.sparkContext
+    # The connector's "which path" lines, at INFO in the driver's log (its stderr).
+    log4j = sc._jvm.org.apache.logging.log4j
+    log4j.core.config.Configurator.setLevel("io.txlog.spark", log4j.Level.INFO)
     df = (spark.read.format("txlog").option("path", url).option("topic", source)
           .option("storage_options", options).load())
+    read_plan = df._jdf.queryExecution().executedPlan().toString()
     out = df.select("key", "value", "partition")
     for _ in range(2):
         (out.write.format("txlog").mode("append").option("path", url).option("topic", target)
@@ -52,17 +59,13 @@ def _copy(spark: Any, url: str, source: str, target: str, app_id: str,
          .option("txnVersion", "0").save())
     # Which processes ran Python: the executors' workers, not this driver.
     pids = sc.parallelize(range(8), 8).map(lambda _: os.getpid()).distinct().collect()
-    # The JVM scan of what was written: its jar is added by the driver, fetched by the
-    # executors.
-    import spark_ext
-
-    jvm = spark_ext.read(spark, url, topic=target, storage_options=json.loads(options),
-                         engine="jvm")
+    back = (spark.read.format("txlog").option("path", url).option("topic", target)
+            .option("storage_options", options).load())
     return {"executors": sc._jsc.sc().getExecutorIds().size(), "master": sc.master,
-            "python_pids": sorted(pids), "driver_pid": os.getpid(),
-            "jvm_plan": jvm._jdf.queryExecution().executedPlan().toString(),
-            "jvm_rows": sorted([r.partition, r.offset, r.key.decode(), r.value.decode()]
-                               for r in jvm.collect())}
+            "python_pids": sorted(pids), "driver_pid": os.getpid(), "read_plan": read_plan,
+            "back_plan": back._jdf.queryExecution().executedPlan().toString(),
+            "back_rows": sorted([r.partition, r.offset, r.key.decode(), r.value.decode()]
+                                for r in back.collect())}
 
 
 def _jvm(spark: Any, url: str, out_url: str, source: str, target: str,
@@ -157,10 +160,23 @@ def _gets(spark: Any, url: str, source: str, options: str) -> dict[str, Any]:
 def _connect(spark: Any, url: str, source: str, target: str, app_id: str) -> dict[str, Any]:
     import spark_ext
 
-    # No JVM on a Connect client: format("txlog") is the Python data source, run by the
-    # server's Python workers.
+    # No JVM on a Connect client: the server decides what format("txlog") is (its JVM
+    # connector where it has the jar, else the Python data source in its Python workers).
     jvm_free = not hasattr(spark, "_jsparkSession")
-    df = spark.read.format("txlog").option("path", url).option("topic", source).load()
+
+    def reader() -> Any:
+        return spark.read.format("txlog").option("path", url).option("topic", source).load()
+
+    def plan() -> str:  # the server's physical plan, as the client sees it
+        try:
+            return str(reader()._explain_string())
+        except Exception as exc:
+            return f"{type(exc).__name__}: {exc}"
+
+    plan_before = plan()
+    spark_ext.register(spark)
+    plan_after = plan()
+    df = reader()
     rows = sorted([r.partition, r.offset, r.value.decode(), r.headers[0]["value"].decode()]
                   for r in df.collect())
     (df.select("key", "value", "partition").write.format("txlog").mode("append")
@@ -171,11 +187,12 @@ def _connect(spark: Any, url: str, source: str, target: str, app_id: str) -> dic
         jvm_error = ""
     except Exception as exc:
         jvm_error = f"{type(exc).__name__}: {exc}"
-    # The default API: on a Connect client, the Python data source the server runs.
+    # The default API: format("txlog"), whatever the server has.
     auto = spark_ext.read(spark, url, topic=source)
     auto_rows = sorted([r.partition, r.offset, r.value.decode(),
                         r.headers[0]["value"].decode()] for r in auto.collect())
-    return {"jvm_free": jvm_free, "rows": rows, "jvm_error": jvm_error, "auto_rows": auto_rows}
+    return {"jvm_free": jvm_free, "rows": rows, "jvm_error": jvm_error, "auto_rows": auto_rows,
+            "plan_before": plan_before, "plan_after": plan_after}
 
 
 def main(argv: list[str]) -> None:
@@ -190,9 +207,9 @@ def main(argv: list[str]) -> None:
         builder = builder.appName(f"txlog-{argv[0]}").config("spark.sql.session.timeZone",
                                                             "UTC")
     spark = builder.getOrCreate()
-    if argv[0] != "connect":
+    if argv[0] != "connect":  # (a Connect client registers in its job)
         spark.sparkContext.setLogLevel("ERROR")
-    spark_ext.register(spark)
+        spark_ext.register(spark)
     try:
         if argv[0] == "copy":
             result = _copy(spark, argv[1], argv[2], argv[3], argv[4],

@@ -145,10 +145,12 @@ def standalone(workdir: Path) -> Iterator[Cluster]:
 
 
 @contextlib.contextmanager
-def connect_server(workdir: Path) -> Iterator[str]:
-    """A Spark Connect server (local[2]) on 127.0.0.1; yields its ``sc://`` URL."""
+def connect_server(workdir: Path, *, jars: Sequence[Path] = ()) -> Iterator[str]:
+    """A Spark Connect server (local[2]) on 127.0.0.1, given ``jars`` (``--jars``); yields
+    its ``sc://`` URL. Its log (INFO, with the connector's) is ``connect.log``."""
     (port,) = free_ports(1)
-    cmd = [str(spark_home() / "bin" / "spark-submit"), *LOOPBACK, "--master", "local[2]",
+    extra = ["--jars", ",".join(map(str, jars))] if jars else []
+    cmd = [str(spark_home() / "bin" / "spark-submit"), *LOOPBACK, "--master", "local[2]", *extra,
            "--conf", f"spark.connect.grpc.binding.address={HOST}",
            "--conf", f"spark.connect.grpc.binding.port={port}",
            "--conf", "spark.sql.session.timeZone=UTC",
@@ -165,6 +167,38 @@ def connect_server(workdir: Path) -> Iterator[str]:
         yield f"sc://{HOST}:{port}"
     finally:
         _stop_process_group(proc)
+
+
+@dataclass
+class Execution:
+    """A SQL execution of an application's event log: its physical plans (the first and
+    each adaptive re-plan) and the executors its jobs' tasks ran on."""
+
+    plans: list[str]
+    executors: set[str]
+
+
+def event_log(events: Path) -> list[Execution]:
+    """The SQL executions of the one application that logged to ``events``
+    (``spark.eventLog.dir``, one uncompressed file), in the order they started."""
+    (path,) = [p for p in events.iterdir() if p.is_file()]
+    plans: dict[int, list[str]] = {}
+    stages: dict[int, int] = {}  # stage id -> execution id
+    executors: dict[int, set[str]] = {}
+    for line in path.read_text().splitlines():
+        e = json.loads(line)
+        kind = e["Event"].rsplit(".", 1)[-1]
+        if kind in ("SparkListenerSQLExecutionStart", "SparkListenerSQLAdaptiveExecutionUpdate"):
+            plans.setdefault(e["executionId"], []).append(e["physicalPlanDescription"])
+        elif kind == "SparkListenerJobStart":
+            run = (e.get("Properties") or {}).get("spark.sql.execution.id")
+            for stage in e["Stage IDs"]:
+                if run is not None:
+                    stages[stage] = int(run)
+        elif kind == "SparkListenerTaskEnd" and e["Stage ID"] in stages:
+            executors.setdefault(stages[e["Stage ID"]], set()).add(
+                e["Task Info"]["Executor ID"])
+    return [Execution(plans[i], executors.get(i, set())) for i in sorted(plans)]
 
 
 class Child:
