@@ -27,8 +27,9 @@ __all__ = ["read", "register", "write"]
 
 def register(spark: SparkSession) -> None:
     """Register txlog's Python data source with ``spark``: as ``txlog_python``, which
-    the JVM connector hands streaming and some writes to, and as ``txlog`` itself where
-    the JVM connector is not on the classpath (Spark refuses a second ``txlog``).
+    the JVM connector hands what it does not take (some writes, roots Spark cannot open),
+    and as ``txlog`` itself where the JVM connector is not on the classpath (Spark refuses
+    a second ``txlog``).
 
     A Spark Connect client cannot see the server's classpath: where the server has
     txlog's jar it refuses the Python ``txlog`` (``DATA_SOURCE_ALREADY_EXISTS``), and its
