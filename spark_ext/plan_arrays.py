@@ -178,7 +178,10 @@ def partition_slices(states: Mapping[TopicPartition, PartitionState],
                      ) -> Slices:
     """:func:`spark_ext.read_plan.plan_slices`, as columns."""
     tps: list[TopicPartition] = []
-    cols: dict[str, list[np.ndarray]] = {n: [] for n in (*_PICKED, "size", "held", "multi")}
+    cols: dict[str, list[np.ndarray]] = {n: [] for n in _PICKED}
+    # Where some batches of a partition's log name one object: (its position among the
+    # partitions, sizes, rows held, whether several batches name it).
+    grouped: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]] = []
     keys: list[pa.Array] = []
     bounds: list[tuple[int, int, int]] = []
     distinct: list[bool] = []
@@ -200,17 +203,10 @@ def partition_slices(states: Mapping[TopicPartition, PartitionState],
             cols[n].append(t.column(n).to_numpy()[pick])
         data = t.column("data")
         one = _distinct(data)
-        if one:
-            # Each batch names its own object: its size and rows are the batch's.
-            cols["size"].append(cols["nbytes"][-1])
-            cols["held"].append(cols["count"][-1])
-            cols["multi"].append(np.zeros(len(picked), bool))
-        else:
+        if not one:
             size, runs, held = _object_sizes(data, t.column("nbytes"), t.column("count"),
                                              t.column("row"), pick)
-            cols["size"].append(size)
-            cols["held"].append(held)
-            cols["multi"].append(runs != 1)
+            grouped.append((len(tps), size, held, runs != 1))
         keys.extend((data[a:b] if isinstance(pick, slice) else data.take(pick)).chunks)
         bounds.append((len(picked), lo, limit))
         distinct.append(one)
@@ -219,11 +215,21 @@ def partition_slices(states: Mapping[TopicPartition, PartitionState],
         return Slices(tps)
     c = {n: np.concatenate(v) for n, v in cols.items()}
     n_of, lo_of, limit_of = (np.array(v, np.int64) for v in zip(*bounds, strict=True))
-    base, count, row, size = c["base_offset"], c["count"], c["row"], c["size"]
+    base, count, row = c["base_offset"], c["count"], c["row"]
+    # A batch naming its own object: the object's size and rows are the batch's.
+    size, held, multi = c["nbytes"], count, np.zeros(len(base), bool)
+    if grouped:
+        size, held = size.copy(), held.copy()
+        at = np.concatenate([[0], np.cumsum(n_of)])
+        for i, g_size, g_held, g_multi in grouped:
+            size[at[i]:at[i + 1]] = g_size
+            held[at[i]:at[i + 1]] = g_held
+            multi[at[i]:at[i + 1]] = g_multi
     # A shared object (one holding other partitions' batches too) declares its rows: a
     # batch's share of it is by those.
     shared = c["object_rows"] > 0
-    held = np.where(shared, c["object_rows"], c["held"]) if shared.any() else c["held"]
+    if shared.any():
+        held = np.where(shared, c["object_rows"], held)
     first = np.maximum(base, np.repeat(lo_of, n_of))
     take = np.minimum(base + count, np.repeat(limit_of, n_of)) - first
     out = Slices(tps, np.repeat(np.arange(len(tps), dtype=np.int32), n_of),
@@ -237,7 +243,7 @@ def partition_slices(states: Mapping[TopicPartition, PartitionState],
     # A share of the object's bytes as of its rows (a segment holds many runs).
     out.nbytes = np.maximum(1, size * take // np.maximum(1, held))
     # An object named by one batch and holding no other rows is the batch's rows.
-    out.whole = ~c["multi"] & (row == 0) & (take == count) & (count == held)
+    out.whole = ~multi & (row == 0) & (take == count) & (count == held)
     out.object_bytes = size
     out.ts_min, out.ts_max = c["ts_min"], c["ts_max"]
     out.shared = shared
