@@ -12,7 +12,6 @@ source's tasks).
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -33,6 +32,9 @@ if TYPE_CHECKING:
 _INTS = ("base_offset", "skip", "take", "append_ms", "nbytes", "object_bytes", "ts_min",
          "ts_max")
 _VISIBLE = np.array(sorted(VISIBLE), dtype=np.int8)
+#: The batch index columns a plan takes for each chosen batch.
+_PICKED = ("base_offset", "count", "row", "append_ms", "ts_min", "ts_max", "nbytes",
+           "object_rows")
 
 
 @dataclass
@@ -56,13 +58,17 @@ class Slices:
     ts_min: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     ts_max: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     shared: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+    #: For each of ``tps``, whether no two batches of its log name one object (then its
+    #: slices' objects are counted without comparing names); None: not known.
+    distinct: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.tp)
 
     def filter(self, keep: np.ndarray) -> Slices:
         """The slices where ``keep`` (booleans) is true."""
-        out = Slices(self.tps, self.tp[keep], self.key.filter(pa.array(keep)))
+        out = Slices(self.tps, self.tp[keep], self.key.filter(pa.array(keep)),
+                     distinct=self.distinct)
         out.whole, out.shared = self.whole[keep], self.shared[keep]
         for name in _INTS:
             setattr(out, name, getattr(self, name)[keep])
@@ -70,7 +76,8 @@ class Slices:
 
     def reorder(self, order: np.ndarray) -> Slices:
         """The slices at positions ``order``, in that order."""
-        out = Slices(self.tps, self.tp[order], self.key.take(pa.array(order)))
+        out = Slices(self.tps, self.tp[order], self.key.take(pa.array(order)),
+                     distinct=self.distinct)
         out.whole, out.shared = self.whole[order], self.shared[order]
         for name in _INTS:
             setattr(out, name, getattr(self, name)[order])
@@ -90,8 +97,14 @@ class Slices:
         partition whose log names it (counted per partition), except a shared object,
         which several partitions' logs name (counted once)."""
         own = self.filter(~self.shared) if self.shared.any() else self
-        runs = [0, *(np.flatnonzero(np.diff(own.tp)) + 1).tolist(), len(own)]
-        n = sum(_count_distinct(own.key[a:b]) for a, b in itertools.pairwise(runs) if b > a)
+        starts = np.flatnonzero(np.diff(own.tp)) + 1 if len(own) else np.zeros(0, np.int64)
+        runs = np.concatenate([[0], starts, [len(own)]]).astype(np.int64)
+        # A run of a partition whose log names each object once holds distinct objects.
+        known = (self.distinct[own.tp[runs[:-1]]] if self.distinct is not None and len(own)
+                 else np.zeros(len(runs) - 1, bool))
+        n = int(np.diff(runs)[known].sum())
+        n += sum(_count_distinct(own.key[int(a):int(b)]) for a, b, k in
+                 zip(runs[:-1], runs[1:], known, strict=True) if b > a and not k)
         if len(own) < len(self):
             n += _count_distinct(self.key.filter(pa.array(self.shared)))
         return n
@@ -165,8 +178,15 @@ def partition_slices(states: Mapping[TopicPartition, PartitionState],
                      ) -> Slices:
     """:func:`spark_ext.read_plan.plan_slices`, as columns."""
     tps: list[TopicPartition] = []
-    parts: list[dict[str, np.ndarray]] = []
+    cols: dict[str, list[np.ndarray]] = {n: [] for n in _PICKED}
+    # Where some batches of a partition's log name one object: (its position among the
+    # partitions, sizes, rows held, whether several batches name it).
+    grouped: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]] = []
     keys: list[pa.Array] = []
+    bounds: list[tuple[int, int, int]] = []
+    distinct: list[bool] = []
+    # Each partition's batch index is its own table: only choosing its batches and
+    # viewing its columns is done per partition; the arithmetic is done once, below.
     for tp, (start, end) in ranges.items():
         if end <= start:
             continue
@@ -179,44 +199,56 @@ def partition_slices(states: Mapping[TopicPartition, PartitionState],
         # which copies nothing.
         a, b = int(picked[0]), int(picked[-1]) + 1
         pick: slice | np.ndarray = slice(a, b) if b - a == len(picked) else picked
-        col = {n: t.column(n).to_numpy()[pick] for n in
-               ("base_offset", "count", "row", "append_ms", "ts_min", "ts_max")}
+        for n in _PICKED:
+            cols[n].append(t.column(n).to_numpy()[pick])
         data = t.column("data")
-        size, runs, held = _object_sizes(data, t.column("nbytes"), t.column("count"),
-                                         t.column("row"), pick)
-        base, count, row = col["base_offset"], col["count"], col["row"]
-        # A shared object (one holding other partitions' batches too) declares its rows:
-        # a batch's share of it is by those.
-        object_rows = t.column("object_rows").to_numpy()[pick]
-        shared = object_rows > 0
-        if shared.any():
-            held = np.where(shared, object_rows, held)
-        first = np.maximum(base, lo)
-        take = np.minimum(base + count, limit) - first
-        parts.append({
-            "tp": np.full(len(picked), len(tps), np.int32),
-            "base_offset": base - row,
-            # Inside a compacted segment or a shared object a batch starts at file row
-            # ``row``: shifting the base keeps "offset of file row i = base_offset + i"
-            # true for its rows.
-            "skip": row + first - base, "take": take, "append_ms": col["append_ms"],
-            # A share of the object's bytes as of its rows (a segment holds many runs).
-            "nbytes": np.maximum(1, size * take // np.maximum(1, held)),
-            # An object named by one batch and holding no other rows is the batch's rows.
-            "whole": (runs == 1) & (row == 0) & (take == count) & (count == held),
-            "object_bytes": size, "ts_min": col["ts_min"], "ts_max": col["ts_max"],
-            "shared": shared})
+        one = _distinct(data)
+        if not one:
+            size, runs, held = _object_sizes(data, t.column("nbytes"), t.column("count"),
+                                             t.column("row"), pick)
+            grouped.append((len(tps), size, held, runs != 1))
         keys.extend((data[a:b] if isinstance(pick, slice) else data.take(pick)).chunks)
+        bounds.append((len(picked), lo, limit))
+        distinct.append(one)
         tps.append(tp)
-    if not parts:
+    if not tps:
         return Slices(tps)
-    out = Slices(tps, np.concatenate([p["tp"] for p in parts]),
-                 pa.chunked_array(keys, pa.string()))
-    out.whole = np.concatenate([p["whole"] for p in parts])
-    out.shared = np.concatenate([p["shared"] for p in parts])
+    c = {n: np.concatenate(v) for n, v in cols.items()}
+    n_of, lo_of, limit_of = (np.array(v, np.int64) for v in zip(*bounds, strict=True))
+    base, count, row = c["base_offset"], c["count"], c["row"]
+    # A batch naming its own object: the object's size and rows are the batch's.
+    size, held, multi = c["nbytes"], count, np.zeros(len(base), bool)
+    if grouped:
+        size, held = size.copy(), held.copy()
+        at = np.concatenate([[0], np.cumsum(n_of)])
+        for i, g_size, g_held, g_multi in grouped:
+            size[at[i]:at[i + 1]] = g_size
+            held[at[i]:at[i + 1]] = g_held
+            multi[at[i]:at[i + 1]] = g_multi
+    # A shared object (one holding other partitions' batches too) declares its rows: a
+    # batch's share of it is by those.
+    shared = c["object_rows"] > 0
+    if shared.any():
+        held = np.where(shared, c["object_rows"], held)
+    first = np.maximum(base, np.repeat(lo_of, n_of))
+    take = np.minimum(base + count, np.repeat(limit_of, n_of)) - first
+    out = Slices(tps, np.repeat(np.arange(len(tps), dtype=np.int32), n_of),
+                 pa.chunked_array(keys, pa.string()), distinct=np.array(distinct, bool))
+    # Inside a compacted segment or a shared object a batch starts at file row ``row``:
+    # shifting the base keeps "offset of file row i = base_offset + i" true for its rows.
+    out.base_offset = base - row
+    out.skip = row + first - base
+    out.take = take
+    out.append_ms = c["append_ms"]
+    # A share of the object's bytes as of its rows (a segment holds many runs).
+    out.nbytes = np.maximum(1, size * take // np.maximum(1, held))
+    # An object named by one batch and holding no other rows is the batch's rows.
+    out.whole = ~multi & (row == 0) & (take == count) & (count == held)
+    out.object_bytes = size
+    out.ts_min, out.ts_max = c["ts_min"], c["ts_max"]
+    out.shared = shared
     for name in _INTS:
-        setattr(out, name, np.concatenate([p[name] for p in parts]).astype(np.int64,
-                                                                              copy=False))
+        setattr(out, name, getattr(out, name).astype(np.int64, copy=False))
     return together(out)
 
 
@@ -242,12 +274,9 @@ def together(s: Slices) -> Slices:
 def _object_sizes(data: pa.ChunkedArray, nbytes: pa.ChunkedArray, count: pa.ChunkedArray,
                   row: pa.ChunkedArray, pick: slice | np.ndarray,
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """For the batches at ``pick``: their object's size, how many batches name it and
-    the rows it holds (a compacted segment's runs all name it; its size is recorded on
-    one run, its rows end with its last run's)."""
-    own = nbytes.to_numpy()[pick]
-    if _distinct(data):
-        return own, np.ones(len(own), np.int64), count.to_numpy()[pick]
+    """For the batches at ``pick``, of a log where some batches name one object: their
+    object's size, how many batches name it and the rows it holds (a compacted segment's
+    runs all name it; its size is recorded on one run, its rows end with its last run's)."""
     idx = pa.array(np.arange(len(data))[pick])
     end = pc.add(row, count)
     by = pa.table({"data": data, "nbytes": nbytes, "end": end}).group_by("data").aggregate(
@@ -277,13 +306,16 @@ def _distinct(data: pa.ChunkedArray) -> bool:
     if pa.types.is_string(arr.type) and value_buf is not None:
         offsets = np.frombuffer(offset_buf, np.int32, n + 1, arr.offset * 4)
         width = int(offsets[1] - offsets[0])
-        if 0 < width <= 8 * len(_MIX) and (np.diff(offsets) == width).all():
-            rows = np.frombuffer(value_buf, np.uint8)[offsets[0]:offsets[-1]].reshape(n, width)
-            words = -(-width // 8)
-            if words * 8 != width:
-                rows = np.concatenate([rows, np.zeros((n, words * 8 - width), np.uint8)], 1)
-            h = (np.ascontiguousarray(rows).view(np.uint64) * _MIX[:words]).sum(
-                axis=1, dtype=np.uint64)
+        if 8 <= width <= 8 * len(_MIX) and (np.diff(offsets) == width).all():
+            h = np.zeros(n, np.uint64)
+            word = np.empty(n, np.uint64)
+            # The words of each key at byte 0, 8, ... and a last one ending with the key
+            # (overlapping the one before it): read in place, nothing copied.
+            for j in range(-(-width // 8)):
+                at = int(offsets[0]) + min(8 * j, width - 8)
+                col = np.ndarray((n,), "<u8", buffer=value_buf, offset=at, strides=(width,))
+                np.multiply(col, _MIX[j], out=word)
+                h += word
             h.sort()
             if not (h[1:] == h[:-1]).any():
                 return True

@@ -133,14 +133,45 @@ def _under(keys: pa.ChunkedArray, tp: np.ndarray, s: Slices, where: HadoopLocati
         prefix = layout.data_prefix(part.topic, part.partition)
         if pc.all(pc.starts_with(run, prefix)).as_py():
             dir_col[a:b] = dirs.setdefault(where.path(prefix), len(dirs))
-            # (counted in code points, as len() counts them)
-            names.extend(pc.utf8_slice_codeunits(run, len(prefix)).chunks)
+            names.extend(_strip(run, prefix))
             continue
         # Objects elsewhere (a write's staging folder): named with their own folder.
         d, n = _own_folders(run, where, dirs)
         dir_col[a:b] = d
         names.append(n)
     return dir_col, pa.chunked_array(names, pa.string())
+
+
+def _strip(keys: pa.ChunkedArray, prefix: str) -> list[pa.Array]:
+    """The keys (each starting with ``prefix``) without it, chunk by chunk (an empty chunk
+    has no names)."""
+    cut = len(prefix.encode())
+    out = []
+    for chunk in keys.chunks:
+        if len(chunk):
+            fixed = _strip_fixed(chunk, cut)
+            # (counted in code points, as len() counts them)
+            out.append(pc.utf8_slice_codeunits(chunk, len(prefix)) if fixed is None
+                       else fixed)
+    return out
+
+
+def _strip_fixed(keys: pa.Array, cut: int) -> pa.Array | None:
+    """Keys of one length without their first ``cut`` bytes, cut as a matrix of bytes
+    (a string kernel decodes each key's characters, which costs several times more); None
+    for keys of several lengths or with nulls."""
+    n = len(keys)
+    if keys.type != pa.string() or keys.null_count:
+        return None
+    _, offset_buf, value_buf = keys.buffers()
+    offsets = np.frombuffer(offset_buf, np.int32, n + 1, keys.offset * 4)
+    width = int(offsets[1] - offsets[0])
+    if width < cut or not (np.diff(offsets) == width).all():
+        return None
+    rows = np.frombuffer(value_buf, np.uint8, n * width, int(offsets[0])).reshape(n, width)
+    names = np.ascontiguousarray(rows[:, cut:])
+    ends = np.arange(n + 1, dtype=np.int32) * np.int32(width - cut)
+    return pa.StringArray.from_buffers(n, pa.py_buffer(ends), pa.py_buffer(names))
 
 
 def _own_folders(keys: pa.ChunkedArray, where: HadoopLocation, dirs: dict[str, int],

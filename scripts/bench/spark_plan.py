@@ -9,9 +9,14 @@ written).  It measures, interleaved over rounds:
   (each partition's checkpoint and tail loaded, LSO resolved, batch objects chosen);
 * ``warm``: the same with the process's cached log (a second query on the driver:
   only new log tails are read);
-* ``planner``: the JVM connector's whole question to the planner process
-  (``spark_ext.jvm_plan.scan``: the warm plan, grouped into Spark partitions and
-  written as the binary plan file the JVM reads).
+* ``planner_cold``: the JVM connector's whole question to the planner process
+  (``spark_ext.jvm_plan.scan``) with no cached log, as a user's first
+  ``spark.read.format("txlog")`` query on the driver asks it: the cold plan, grouped into
+  Spark partitions and written as the binary plan file the JVM reads.  This is the goal;
+* ``planner``: the same request again, with the process's cached log (a later query).
+
+The plan file is deleted after the clock stops (the JVM deletes it once read, which is not
+the driver's planning).
 
 Each is reported as wall time and as the driver process's CPU time (on a machine shared
 with other work, the CPU time is what planning itself costs).  The topic is built once
@@ -120,6 +125,7 @@ def run(mode: str, partitions: int, batches: int, rounds: int, url: str) -> None
     ro = parse_read_options(opts, streaming=False)
     want = partitions * batches
     plan_bytes: list[int] = []
+    unread: list[str] = []
 
     def cold() -> int:
         return len(plan_batch(ro, ro.connect()).arrays)
@@ -129,13 +135,25 @@ def run(mode: str, partitions: int, batches: int, rounds: int, url: str) -> None
 
     def planner() -> int:
         got = jvm_plan.scan({"options": opts, "filters": [], "planFormat": PLAN_VERSION})
-        plan_bytes.append(os.path.getsize(got["planFile"]))
-        os.unlink(got["planFile"])  # (the JVM deletes it once read)
+        unread.append(got["planFile"])
         return int(got["objects"])
 
-    variants = {"cold": cold, "warm": warm, "planner": planner}
+    def planner_cold() -> int:
+        forget_cached_log(cached_log(ro))
+        return planner()
+
+    def read_plans() -> None:
+        # What the JVM does with each plan file once read, off the clock.
+        for path in unread:
+            plan_bytes.append(os.path.getsize(path))
+            os.unlink(path)
+        unread.clear()
+
+    variants = {"cold": cold, "warm": warm, "planner_cold": planner_cold,
+                "planner": planner}
     for fn in variants.values():  # warm-up, and every batch planned
         assert fn() == want
+        read_plans()
     times: dict[str, list[float]] = {n: [] for n in variants}
     cpu: dict[str, list[float]] = {n: [] for n in variants}
     for r in range(rounds):
@@ -146,6 +164,7 @@ def run(mode: str, partitions: int, batches: int, rounds: int, url: str) -> None
                 fn()
             cpu[name].append(time.process_time() - c0)
             times[name].append(t.elapsed)
+            read_plans()
             C.progress(f"round {r + 1}/{rounds} {name}: {t.elapsed:.2f}s "
                        f"(CPU {cpu[name][-1]:.2f}s)")
     forget_cached_log(cached_log(ro))
@@ -158,16 +177,19 @@ def run(mode: str, partitions: int, batches: int, rounds: int, url: str) -> None
     print(f"plan file: {plan_bytes[-1]:,} bytes; load average while measuring: {load:.1f} "
           f"on {os.cpu_count()} CPUs")
     goals: list[dict[str, Any]] = [
-        {"name": f"planning {partitions} partitions x {batches:,} batches, cold (s)",
-         "store": "local", "measured": med["cold"], "target": GOAL_S, "cmp": "<=",
-         "pass": bool(med["cold"] <= GOAL_S)},
+        {"name": f"the JVM connector's scan request for {partitions} partitions x "
+                 f"{batches:,} batches, cold (s)",
+         "store": "local", "measured": med["planner_cold"], "target": GOAL_S, "cmp": "<=",
+         "pass": bool(med["planner_cold"] <= GOAL_S)},
         {"name": "(info) the same, driver CPU time (s)", "store": "local",
-         "measured": med_cpu["cold"], "target": None, "cmp": "info", "pass": None},
-        {"name": "(info) the same, warm (a later query on the driver) (s)", "store": "local",
-         "measured": med["warm"], "target": None, "cmp": "info", "pass": None},
-        {"name": "(info) the JVM connector's scan request to the planner, warm (s)",
+         "measured": med_cpu["planner_cold"], "target": None, "cmp": "info", "pass": None},
+        {"name": "(info) the same request, warm (a later query on the driver) (s)",
          "store": "local", "measured": med["planner"], "target": None, "cmp": "info",
-         "pass": None}]
+         "pass": None},
+        {"name": "(info) plan_batch alone, cold (s)", "store": "local",
+         "measured": med["cold"], "target": None, "cmp": "info", "pass": None},
+        {"name": "(info) plan_batch alone, warm (s)", "store": "local",
+         "measured": med["warm"], "target": None, "cmp": "info", "pass": None}]
     C.emit_json("spark_plan", mode, partitions=partitions, batches=batches, rounds=rounds,
                 seconds=C.clean(times), cpu_seconds=C.clean(cpu),
                 median_seconds=C.clean(med), median_cpu_seconds=C.clean(med_cpu),
