@@ -11,5 +11,5 @@ while read -r coord _; do
   case "$coord" in '' | \#*) continue ;; esac
   IFS=: read -r _group artifact version <<<"$coord"
   [ -f "$dest/$artifact-$version.jar" ] && continue
-  mvn -q -B "$plugin" -Dartifact="$coord" -DoutputDirectory="$dest"
+  mvn -q -B -Dstyle.color=never "$plugin" -Dartifact="$coord" -DoutputDirectory="$dest"
 done <scripts/jars.txt

@@ -93,7 +93,7 @@ def _lines(ax: Any, series: dict[str, list[tuple[float, float]]],
 
 def latency_chart(result: dict[str, Any], path: Path) -> bool:
     """Commit p50/p99 in request times against partitions touched, beside each
-    operation's p50 (bars) with the issue's goals."""
+    operation's p50 (bars) with the latency goals."""
     plt = _pyplot()
     curves = result.get("curves") or {}
     p50 = [tuple(p) for p in curves.get("commit_p50_rt_by_partitions") or []]

@@ -1,6 +1,6 @@
 """Smoke tests of the latency benchmark (scripts/bench/latency.py) through run_all.py: in
 its tiniest mode, against SeaweedFS behind the latency proxy, it must report every
-operation's requests and sequential round trips, the issue's goals as rows, the consumer
+operation's requests and sequential round trips, its goals as rows, the consumer
 process's idle-poll cost, and draw the latency chart; run_all draws the scale curves too.
 No timing is asserted."""
 

@@ -1,4 +1,4 @@
-"""Exactly-once from a txlog topic into a Delta table, across real SIGKILLs (issue 33).
+"""Exactly-once from a txlog topic into a Delta table, across real SIGKILLs.
 
 Every Spark run is a child process (this file run as a script) with its own local Spark
 and delta-spark's jars; the test SIGKILLs the whole child session (driver, JVM, Python

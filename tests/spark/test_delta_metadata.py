@@ -1,4 +1,4 @@
-"""txlog's entry in a Delta commit's userMetadata (issue 33): the batch job settles a round
+"""txlog's entry in a Delta commit's userMetadata: the batch job settles a round
 from it after a crash, so what it reads there is validated, not trusted."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Delta to txlog (issue 33): :func:`spark_ext.delta.to_txlog` writes a Delta table, or its
+"""Delta to txlog: :func:`spark_ext.delta.to_txlog` writes a Delta table, or its
 change data feed between two versions, to a topic with txnAppId = the table and
 txnVersion = the Delta version read up to, so re-runs never duplicate, also after a
 SIGKILL inside the topic's commit.  Spark runs in child processes (this file as a script)

@@ -149,7 +149,7 @@ def test_open_store_s3_url(seaweed: Any) -> None:
     s3a = open_store("s3a" + url[2:], seaweed.storage_options)
     assert s3a.backend == "s3" and s3a.get("a/b") == b"v"
     assert s3a.full_path("a/b").startswith("s3a://")
-    # The store's state is only what the brief allows to travel.
+    # A pickled store carries only its URL, backend and storage options.
     assert set(store.__getstate__()) == {"url", "backend", "storage_options"}
     # A bucket-less URL is a configuration error.
     with pytest.raises(ConfigError):
