@@ -7,8 +7,8 @@ silently ship no jar or a stale one. Everything else is configured in pyproject.
 
 from __future__ import annotations
 
-import hashlib
-import zipfile
+import importlib.util
+import types
 from pathlib import Path
 
 from setuptools import setup
@@ -17,33 +17,31 @@ from setuptools.command.sdist import sdist
 
 HERE = Path(__file__).resolve().parent
 JAR = HERE / "spark_ext" / "jars" / "txlog-spark.jar"
-SOURCES = HERE / "spark_ext" / "java"
-DIGEST_RESOURCE = "io/txlog/spark/build-digest.txt"
 
 
-def source_digest() -> str:
-    """The Java sources' digest as spark_ext.jvm_scan computes it (tests/packaging checks
-    the two agree); this file cannot import spark_ext, whose imports need the runtime."""
-    h = hashlib.sha256()
-    for src in sorted(SOURCES.rglob("*.java")):
-        h.update(src.relative_to(SOURCES).as_posix().encode())
-        h.update(src.read_bytes())
-    return h.hexdigest()[:16]
+def _jar_digest_module() -> types.ModuleType:
+    """spark_ext/jar_digest.py, loaded by its path: importing the spark_ext package would
+    need the runtime's dependencies, which a build does not have."""
+    spec = importlib.util.spec_from_file_location(
+        "txlog_jar_digest", HERE / "spark_ext" / "jar_digest.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def check_jar() -> None:
     """Refuse to package without a jar built from the current sources."""
-    try:
-        with zipfile.ZipFile(JAR) as z:
-            built = z.read(DIGEST_RESOURCE).decode().strip()
-    except FileNotFoundError:
+    digests = _jar_digest_module()
+    built = digests.jar_digest(JAR)
+    digest = digests.source_digest()
+    if built == digest:
+        return
+    if not JAR.exists():
         problem = f"{JAR.relative_to(HERE)} does not exist"
-    except (OSError, KeyError, zipfile.BadZipFile) as exc:
-        problem = f"{JAR.relative_to(HERE)} is not a jar built by scripts/build-jar.sh ({exc})"
+    elif built is None:
+        problem = f"{JAR.relative_to(HERE)} is not a jar built by scripts/build-jar.sh"
     else:
-        digest = source_digest()
-        if built == digest:
-            return
         problem = (f"{JAR.relative_to(HERE)} was built from other Java sources (digest "
                    f"{built}, the sources' is {digest})")
     raise SystemExit(f"txlog: cannot package the JVM connector: {problem}. Run "

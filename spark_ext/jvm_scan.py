@@ -26,7 +26,6 @@ prints to ``spark.jars`` or ``--jars``.
 from __future__ import annotations
 
 import functools
-import hashlib
 import logging
 import os
 import shutil
@@ -38,7 +37,7 @@ import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from spark_ext import hadoop_conf, plan_file
+from spark_ext import hadoop_conf, jar_digest, plan_file
 from spark_ext.read_plan import BatchPlan
 
 if TYPE_CHECKING:
@@ -48,7 +47,7 @@ if TYPE_CHECKING:
     from txlog.storage import ObjectStore
 
 PROVIDER = "io.txlog.spark.PlannedScanProvider"
-SOURCES = Path(__file__).resolve().parent / "java"
+SOURCES = jar_digest.SOURCES
 _BUILD_LOCK = threading.Lock()
 log = logging.getLogger(__name__)
 
@@ -79,13 +78,8 @@ def _sources() -> list[Path]:
 
 @functools.cache  # every read compares it with the loaded build; the sources do not change
 def _digest() -> str:
-    """A digest of the Java sources: the build's identity, whichever Spark it was compiled
-    against (one jar serves Spark 4.2 and 4.3)."""
-    h = hashlib.sha256()
-    for src in _sources():
-        h.update(src.relative_to(SOURCES).as_posix().encode())
-        h.update(src.read_bytes())
-    return h.hexdigest()[:16]
+    """The Java sources' digest (SOURCES, which tests point elsewhere)."""
+    return jar_digest.source_digest(SOURCES)
 
 
 def source_digest() -> str:
@@ -99,15 +93,8 @@ def cache_dir() -> Path:
 
 #: The Maven-built jar (scripts/build-jar.sh), shipped in the wheel.
 SHIPPED = Path(__file__).resolve().parent / "jars" / "txlog-spark.jar"
-DIGEST_RESOURCE = "io/txlog/spark/build-digest.txt"
-
-
-def _jar_digest(path: Path) -> str | None:
-    try:
-        with zipfile.ZipFile(path) as z:
-            return z.read(DIGEST_RESOURCE).decode().strip()
-    except (OSError, KeyError, zipfile.BadZipFile):
-        return None
+DIGEST_RESOURCE = jar_digest.DIGEST_RESOURCE
+_jar_digest = jar_digest.jar_digest
 
 
 def jar() -> Path:

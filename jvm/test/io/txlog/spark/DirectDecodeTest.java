@@ -141,22 +141,7 @@ class DirectDecodeTest {
     private static SliceReader reader(List<String[]> slices, int batchSize, String decoder) {
         Configuration base = new Configuration();
         base.set(DirectObject.DECODER, decoder);
-        List<OutputColumn> columns = OutputColumn.plan(READ, true);
-        Configuration conf = PlannedScanProvider.readerConf(base, columns);
-        SlicePartition part = SlicePartition.ofSize(slices.size());
-        for (int i = 0; i < slices.size(); i++) {
-            String[] f = slices.get(i);
-            part.paths[i] = f[0];
-            part.topics[i] = "t";
-            part.partitions[i] = 0;
-            part.bases[i] = Long.parseLong(f[1]);
-            part.skips[i] = Long.parseLong(f[2]);
-            part.takes[i] = Long.parseLong(f[3]);
-            part.appendMs[i] = APPEND_MS;
-            part.objectBytes[i] = Long.parseLong(f[4]);
-            part.addBytes(Long.parseLong(f[4]));
-        }
-        return new SliceReader(part, columns, batchSize, true, conf);
+        return TestSlices.reader(slices, batchSize, base, READ, APPEND_MS);
     }
 
     /** Every row the reader returns, as key|value|headers|timestamp|timestampType|offset. */

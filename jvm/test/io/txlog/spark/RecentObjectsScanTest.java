@@ -195,22 +195,7 @@ class RecentObjectsScanTest {
     }
 
     private static SliceReader reader(List<String[]> slices, int batchSize, Configuration base) {
-        List<OutputColumn> columns = OutputColumn.plan(READ, true);
-        Configuration conf = PlannedScanProvider.readerConf(base, columns);
-        SlicePartition part = SlicePartition.ofSize(slices.size());
-        for (int i = 0; i < slices.size(); i++) {
-            String[] f = slices.get(i);
-            part.paths[i] = f[0];
-            part.topics[i] = "t";
-            part.partitions[i] = 0;
-            part.bases[i] = Long.parseLong(f[1]);
-            part.skips[i] = Long.parseLong(f[2]);
-            part.takes[i] = Long.parseLong(f[3]);
-            part.appendMs[i] = 1_700_000_000_000L;
-            part.objectBytes[i] = Long.parseLong(f[4]);
-            part.addBytes(Long.parseLong(f[4]));
-        }
-        return new SliceReader(part, columns, batchSize, true, conf);
+        return TestSlices.reader(slices, batchSize, base, READ, 1_700_000_000_000L);
     }
 
     private static List<String> rows(SliceReader r) throws IOException {
